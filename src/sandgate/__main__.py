@@ -1,0 +1,3 @@
+from sandgate.cli import app
+
+app()

@@ -1,0 +1,19 @@
+"""Who may do what: API keys (control plane) and per-sandbox access tokens (data plane)."""
+
+from sandgate.access._keys import (
+    Principal,
+    authenticate_api_key,
+    create_api_key,
+    hash_secret,
+    new_access_token,
+    tokens_equal,
+)
+
+__all__ = [
+    "Principal",
+    "authenticate_api_key",
+    "create_api_key",
+    "hash_secret",
+    "new_access_token",
+    "tokens_equal",
+]

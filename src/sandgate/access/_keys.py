@@ -1,0 +1,72 @@
+"""API keys and access tokens.
+
+SECURITY: keys are stored only as SHA-256 digests (they are 160 random bits, so a plain hash
+is enough; no salt or KDF is needed against guessing). Comparisons of presented secrets use
+``hmac.compare_digest``. A revoked key fails exactly like an unknown one, so responses do not
+tell an attacker which keys exist (AUTH-02).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sandgate.errors import Unauthenticated
+from sandgate.store import ApiKey, Store
+
+_KEY_PREFIX = "e2b_"
+_INVALID_KEY = "Invalid API key: check E2B_API_KEY (create one with `sandgate keys create`)"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller of a control-plane request, as established by its API key."""
+
+    team_id: str
+    api_key_id: str
+
+
+def hash_secret(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def tokens_equal(presented: str | None, expected: str) -> bool:
+    return presented is not None and hmac.compare_digest(presented.encode(), expected.encode())
+
+
+def new_access_token() -> str:
+    """A sandbox's envd access token: header-safe, 256 random bits."""
+    return secrets.token_urlsafe(32)
+
+
+def create_api_key(store: Store, team: str, name: str) -> tuple[ApiKey, str]:
+    """Creates a key for ``team`` (creating the team); returns the row and the only copy of
+    the key. Keys are ``e2b_`` + 40 hex so every SDK version's key check accepts them."""
+    now = datetime.now(UTC)
+    team_row = store.get_or_create_team(team, "team_" + secrets.token_hex(8), now)
+    plaintext = _KEY_PREFIX + secrets.token_hex(20)
+    row = ApiKey(
+        id="key_" + secrets.token_hex(6),
+        team_id=team_row.id,
+        name=name,
+        prefix=plaintext[:10],
+        key_hash=hash_secret(plaintext),
+        created_at=now,
+        revoked_at=None,
+        last_used_at=None,
+    )
+    store.add_api_key(row)
+    return row, plaintext
+
+
+def authenticate_api_key(store: Store, presented: str | None) -> Principal:
+    """Returns the principal of a valid, unrevoked key; raises ``Unauthenticated``."""
+    if not presented:
+        raise Unauthenticated("Missing API key: set E2B_API_KEY (see `sandgate env`)")
+    row = store.api_key_by_hash(hash_secret(presented.strip()))
+    if row is None or row.revoked_at is not None or presented != presented.strip():
+        raise Unauthenticated(_INVALID_KEY)
+    return Principal(team_id=row.team_id, api_key_id=row.id)

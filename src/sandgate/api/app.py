@@ -1,0 +1,169 @@
+"""The composition root of ``sandgate serve``: config → store → runtime → services → ASGI."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sandgate.api.e2b import build_control_router, build_envd_app
+from sandgate.api.errors import e2b_error, e2b_error_response
+from sandgate.api.routing import Router
+from sandgate.config import Config
+from sandgate.errors import SandgateError
+from sandgate.guest import build_zipapp
+from sandgate.runtimes import Runtime
+from sandgate.runtimes.select import select_runtime
+from sandgate.sandboxes import SandboxService
+from sandgate.store import Store
+
+__all__ = ["Application", "create_app"]
+
+log = structlog.get_logger("sandgate.api")
+
+
+class Application:
+    """Everything one server process holds; ``asgi`` is what uvicorn serves."""
+
+    def __init__(self, config: Config, store: Store, runtime: Runtime) -> None:
+        self.config = config
+        self.store = store
+        self.runtime = runtime
+        home = config.home_dir
+        self.sandboxes = SandboxService(
+            config,
+            store,
+            runtime,
+            instance_id=instance_id(home),
+            guest_zipapp=build_zipapp(home / "guest" / "guest.pyz"),
+        )
+        control = FastAPI(
+            title="Sandgate",
+            lifespan=self._lifespan,
+            docs_url=None,
+            redoc_url=None,
+        )
+        _install_error_handlers(control)
+        control.include_router(build_control_router(self.sandboxes, store, config.server.domain))
+
+        @control.get("/health")
+        async def health() -> dict[str, str]:
+            return {"status": "ok"}
+
+        self.asgi: ASGIApp = Router(
+            BodyLimit(control, config.server.max_json_body_bytes),
+            build_envd_app(),
+            self.sandboxes,
+        )
+
+    @asynccontextmanager
+    async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+        await self.sandboxes.start()
+        log.info("server.ready", runtime=self.runtime.name)
+        try:
+            yield
+        finally:
+            await self.sandboxes.stop()
+            self.store.close()
+
+
+def create_app(config: Config) -> Application:
+    """Opens the store (migrating it) and picks the runtime; raises ``SandgateError``."""
+    home = config.home_dir
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    store = Store.open(config.store_url)
+    runtime = select_runtime(config, instance_id(home))
+    return Application(config, store, runtime)
+
+
+def instance_id(home: Path) -> str:
+    """This installation's id; labels its sandboxes so two servers never adopt each other's."""
+    path = home / "instance-id"
+    if not path.exists():
+        path.write_text(secrets.token_hex(8))
+    return path.read_text().strip()
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(SandgateError)
+    async def sandgate_error(_: Request, exc: SandgateError) -> JSONResponse:
+        return e2b_error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        if first.get("type") == "json_invalid":
+            message = "request body is not valid JSON"
+        else:
+            message = f"invalid request: {where or 'body'}: {first.get('msg')}"
+        return JSONResponse(e2b_error(400, message), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(
+            e2b_error(exc.status_code, str(exc.detail)), status_code=exc.status_code
+        )
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("request.failed", error=repr(exc))
+        return JSONResponse(
+            e2b_error(500, "internal error; the server log has the details"), status_code=500
+        )
+
+
+class BodyLimit:
+    """Refuses request bodies over ``limit`` bytes with 413 JSON, chunked ones included."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self._app = app
+        self._limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self._limit:
+                await self._too_large(send)
+                return
+        body = bytearray()
+        more = True
+        messages: list[Message] = []
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                messages.append(message)
+                break
+            body.extend(message.get("body", b""))
+            if len(body) > self._limit:
+                await self._too_large(send)
+                return
+            more = message.get("more_body", False)
+        replay = [{"type": "http.request", "body": bytes(body), "more_body": False}, *messages]
+
+        async def replayed() -> Message:
+            if replay:
+                return replay.pop(0)
+            return await receive()
+
+        await self._app(scope, replayed, send)
+
+    async def _too_large(self, send: Send) -> None:
+        response = JSONResponse(
+            e2b_error(413, f"request body larger than {self._limit} bytes"), status_code=413
+        )
+        await response({"type": "http"}, _never, send)
+
+
+async def _never() -> Message:
+    return {"type": "http.disconnect"}

@@ -1,0 +1,6 @@
+"""The E2B wire contract: control plane, envd data plane and code interpreter."""
+
+from sandgate.api.e2b.control import CLIENT_ID, build_control_router
+from sandgate.api.e2b.envd import build_envd_app
+
+__all__ = ["CLIENT_ID", "build_control_router", "build_envd_app"]

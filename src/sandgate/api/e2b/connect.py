@@ -1,0 +1,161 @@
+"""Connect-RPC over HTTP/1.1 with the JSON codec, as the E2B SDKs speak it.
+
+Unary: ``application/json`` in and out; errors are non-200 JSON ``{"code", "message"}`` with
+the Connect code as a string. Server streaming: one enveloped request message; the response is
+``application/connect+json`` (exactly, without parameters), a sequence of ``0x00`` envelopes
+flushed as they are produced, and always a final ``0x02`` end-of-stream envelope carrying
+``{}`` or ``{"error": {...}}``. Envelope = flags u8 + length u32 BE + payload. No compression.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import struct
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from sandgate.api.errors import CONNECT_STATUS
+
+__all__ = [
+    "RpcError",
+    "envelope",
+    "read_stream_request",
+    "read_unary_request",
+    "rpc_error_response",
+    "stream_response",
+    "unary_response",
+    "with_keepalive",
+]
+
+_ENVELOPE: Final = struct.Struct(">BI")
+_FLAG_END: Final = 0x02
+STREAM_CONTENT_TYPE: Final = "application/connect+json"
+#: Largest RPC request message accepted (requests are small; file data uses /files).
+MAX_REQUEST_BYTES: Final = 8 * 1024 * 1024
+
+
+class RpcError(Exception):
+    """An error to answer with a Connect code; raised by handlers, caught at the edge."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def envelope(message: dict[str, Any], *, end: bool = False) -> bytes:
+    payload = json.dumps(message, separators=(",", ":")).encode()
+    return _ENVELOPE.pack(_FLAG_END if end else 0, len(payload)) + payload
+
+
+def rpc_error_response(error: RpcError) -> JSONResponse:
+    return JSONResponse(
+        {"code": error.code, "message": error.message},
+        status_code=CONNECT_STATUS.get(error.code, 500),
+    )
+
+
+def unary_response(message: dict[str, Any]) -> Response:
+    return JSONResponse(message)
+
+
+async def _read_body(request: Request) -> bytes:
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_REQUEST_BYTES:
+            raise RpcError("resource_exhausted", f"request larger than {MAX_REQUEST_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _decode(raw: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(raw or b"{}")
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RpcError("invalid_argument", f"request is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise RpcError("invalid_argument", "request must be a JSON object")
+    return value
+
+
+async def read_unary_request(request: Request) -> dict[str, Any]:
+    media = request.headers.get("content-type", "").split(";")[0].strip()
+    if media != "application/json":
+        raise RpcError("unimplemented", f"unsupported content type {media!r}: use the JSON codec")
+    return _decode(await _read_body(request))
+
+
+async def read_stream_request(request: Request) -> dict[str, Any]:
+    media = request.headers.get("content-type", "").split(";")[0].strip()
+    if media != STREAM_CONTENT_TYPE:
+        raise RpcError("unimplemented", f"unsupported content type {media!r}: use connect+json")
+    raw = await _read_body(request)
+    if len(raw) < _ENVELOPE.size:
+        raise RpcError("invalid_argument", "missing request envelope")
+    flags, length = _ENVELOPE.unpack_from(raw)
+    if flags & 0x01:
+        raise RpcError("unimplemented", "compressed messages are not supported")
+    payload = raw[_ENVELOPE.size : _ENVELOPE.size + length]
+    if len(payload) != length:
+        raise RpcError("invalid_argument", "truncated request envelope")
+    return _decode(payload)
+
+
+def stream_response(messages: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+    """Streams ``messages`` as envelopes and always finishes with end-of-stream.
+
+    An ``RpcError`` raised by ``messages`` becomes the end-of-stream error. Any other
+    exception drops the connection (the client then probes ``/health``), which is what a
+    sandbox vanishing mid-stream must look like.
+    """
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for message in messages:
+                yield envelope(message)
+        except RpcError as exc:
+            yield envelope({"error": {"code": exc.code, "message": exc.message}}, end=True)
+            return
+        yield envelope({}, end=True)
+
+    return StreamingResponse(
+        body(), media_type=STREAM_CONTENT_TYPE, headers={"content-type": STREAM_CONTENT_TYPE}
+    )
+
+
+async def with_keepalive(
+    source: AsyncIterator[dict[str, Any]], interval_s: float, keepalive: dict[str, Any]
+) -> AsyncIterator[dict[str, Any]]:
+    """Yields ``source``'s messages, inserting ``keepalive`` after ``interval_s`` of silence."""
+    iterator = source.__aiter__()
+    pending: asyncio.Task[dict[str, Any]] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(iterator.__anext__())
+            done, _ = await asyncio.wait({pending}, timeout=interval_s)
+            if not done:
+                yield keepalive
+                continue
+            try:
+                message = pending.result()
+            except StopAsyncIteration:
+                return
+            finally:
+                pending = None
+            yield message
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+                await pending
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            await aclose()

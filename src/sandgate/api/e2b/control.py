@@ -1,0 +1,192 @@
+"""E2B control plane: create, connect, list, inspect, time out and kill sandboxes.
+
+Success codes are exactly E2B's (the generated Python client reads bodies only for the code it
+expects: 201 on create, 200 on connect-while-running, 204 on kill and timeout). Every error is
+JSON ``{"code": <status>, "message": ...}``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from sandgate.access import Principal, authenticate_api_key
+from sandgate.errors import InvalidRequest
+from sandgate.sandboxes import CreateRequest, SandboxService
+from sandgate.store import Sandbox, Store
+
+__all__ = ["CLIENT_ID", "build_control_router"]
+
+#: Deprecated field the Python client still requires; E2B always sends this constant.
+CLIENT_ID = "6532622b"
+_MAX_PAGE = 100
+
+
+class NewSandbox(BaseModel):
+    """``NewSandbox`` (v1) and ``NewSandboxV2``; unknown keys are ignored, as E2B does."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    template_id: str = Field(alias="templateID", min_length=1, max_length=200)
+    timeout: int | None = None
+    secure: bool = True
+    allow_internet_access: bool | None = None
+    env_vars: dict[str, str] = Field(default_factory=dict, alias="envVars")
+    metadata: dict[str, str] = Field(default_factory=dict)
+    cpu_count: int | None = Field(None, alias="cpuCount")
+    memory_mb: int | None = Field(None, alias="memoryMB")
+
+
+class TimeoutBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    timeout: int | None = None
+
+
+def _time(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def build_control_router(service: SandboxService, store: Store, domain: str) -> APIRouter:
+    router = APIRouter()
+
+    def principal(
+        x_api_key: Annotated[str | None, Header(alias="X-API-Key")] = None,
+    ) -> Principal:
+        return authenticate_api_key(store, x_api_key)
+
+    Caller = Annotated[Principal, Depends(principal)]
+
+    def sandbox_body(row: Sandbox) -> dict[str, Any]:
+        return {
+            "templateID": row.template_id,
+            "alias": row.alias,
+            "sandboxID": row.id,
+            "clientID": CLIENT_ID,
+            "envdVersion": row.envd_version,
+            "envdAccessToken": row.access_token,
+            "trafficAccessToken": None,
+            "domain": domain,
+        }
+
+    def detail_body(row: Sandbox) -> dict[str, Any]:
+        return {
+            "templateID": row.template_id,
+            "alias": row.alias,
+            "sandboxID": row.id,
+            "clientID": CLIENT_ID,
+            "startedAt": _time(row.started_at),
+            "endAt": _time(row.end_at),
+            "envdVersion": row.envd_version,
+            "cpuCount": row.cpu_count,
+            "memoryMB": row.memory_mb,
+            "diskSizeMB": row.disk_size_mb,
+            "state": "paused" if row.state == "paused" else "running",
+            "metadata": row.metadata_,
+            "envdAccessToken": row.access_token,
+            "allowInternetAccess": row.allow_internet_access,
+            "domain": domain,
+        }
+
+    async def create(body: NewSandbox, caller: Principal, default_timeout: int | None) -> Response:
+        row = await service.create(
+            caller,
+            CreateRequest(
+                template=body.template_id,
+                timeout_s=body.timeout if body.timeout is not None else default_timeout,
+                metadata=body.metadata,
+                envs=body.env_vars,
+                cpu_count=body.cpu_count,
+                memory_mb=body.memory_mb,
+                allow_internet_access=bool(body.allow_internet_access),
+            ),
+        )
+        return JSONResponse(sandbox_body(row), status_code=201)
+
+    @router.post("/sandboxes")
+    async def create_v1(body: NewSandbox, caller: Caller) -> Response:
+        # v1 declares a default of 15 s when the timeout is omitted.
+        return await create(body, caller, 15)
+
+    @router.post("/v2/sandboxes")
+    async def create_v2(body: NewSandbox, caller: Caller) -> Response:
+        return await create(body, caller, 300)
+
+    async def connect(sandbox_id: str, body: TimeoutBody, caller: Principal) -> Response:
+        row, resumed = await service.connect(caller, sandbox_id, body.timeout or 300)
+        return JSONResponse(sandbox_body(row), status_code=201 if resumed else 200)
+
+    @router.post("/sandboxes/{sandbox_id}/connect")
+    async def connect_v1(sandbox_id: str, body: TimeoutBody, caller: Caller) -> Response:
+        return await connect(sandbox_id, body, caller)
+
+    @router.post("/v2/sandboxes/{sandbox_id}/connect")
+    async def connect_v2(sandbox_id: str, body: TimeoutBody, caller: Caller) -> Response:
+        return await connect(sandbox_id, body, caller)
+
+    @router.get("/sandboxes/{sandbox_id}")
+    async def get_info(sandbox_id: str, caller: Caller) -> Response:
+        return JSONResponse(detail_body(service.get(caller, sandbox_id)))
+
+    @router.delete("/sandboxes/{sandbox_id}")
+    async def kill(sandbox_id: str, caller: Caller) -> Response:
+        await service.kill(caller, sandbox_id)
+        return Response(status_code=204)
+
+    @router.post("/sandboxes/{sandbox_id}/timeout")
+    async def set_timeout(sandbox_id: str, body: TimeoutBody, caller: Caller) -> Response:
+        if body.timeout is None:
+            raise InvalidRequest("timeout is required (seconds)")
+        service.set_timeout(caller, sandbox_id, body.timeout)
+        return Response(status_code=204)
+
+    def list_page(
+        caller: Principal,
+        metadata: str | None,
+        state: list[str] | None,
+        limit: int | None,
+        next_token: str | None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        states = _parse_states(state)
+        wanted = dict(parse_qsl(metadata, keep_blank_values=True)) if metadata else {}
+        size = _MAX_PAGE if limit is None else limit
+        if not 1 <= size <= _MAX_PAGE:
+            raise InvalidRequest(f"limit must be between 1 and {_MAX_PAGE}")
+        page = service.list_sandboxes(
+            caller, states=states, metadata=wanted, limit=size, next_token=next_token
+        )
+        return [detail_body(row) for row in page.sandboxes], page.next_token
+
+    @router.get("/v2/sandboxes")
+    async def list_v2(
+        caller: Caller,
+        metadata: str | None = None,
+        state: Annotated[list[str] | None, Query()] = None,
+        limit: int | None = None,
+        next_token: Annotated[str | None, Query(alias="nextToken")] = None,
+    ) -> Response:
+        rows, token = list_page(caller, metadata, state, limit, next_token)
+        headers = {"x-next-token": token} if token else {}
+        return JSONResponse(rows, headers=headers)
+
+    @router.get("/sandboxes")
+    async def list_v1(caller: Caller, metadata: str | None = None) -> Response:
+        rows, _ = list_page(caller, metadata, ["running", "paused"], _MAX_PAGE, None)
+        return JSONResponse(rows)
+
+    return router
+
+
+def _parse_states(raw: list[str] | None) -> list[str]:
+    if not raw:
+        return ["running", "paused"]
+    names = {part.strip() for value in raw for part in value.split(",") if part.strip()}
+    unknown = names - {"running", "paused"}
+    if unknown:
+        raise InvalidRequest(f"unknown state {sorted(unknown)[0]!r}: use running or paused")
+    return sorted(names)

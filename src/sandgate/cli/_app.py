@@ -1,0 +1,25 @@
+"""Assembles the ``sandgate`` command from its groups."""
+
+from __future__ import annotations
+
+import typer
+
+from sandgate.cli.doctor import doctor
+from sandgate.cli.env import env
+from sandgate.cli.keys import keys_app
+from sandgate.cli.sandbox import sandbox_app
+from sandgate.cli.serve import serve
+from sandgate.cli.templates import templates_app
+
+app = typer.Typer(
+    name="sandgate",
+    help="Sandgate: E2B-compatible sandboxes for AI agents, on your own machine.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.command("serve")(serve)
+app.command("env")(env)
+app.command("doctor")(doctor)
+app.add_typer(keys_app, name="keys")
+app.add_typer(templates_app, name="templates")
+app.add_typer(sandbox_app, name="sandbox")

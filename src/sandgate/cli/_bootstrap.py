@@ -1,0 +1,50 @@
+"""First-run work of ``serve``: build the shipped templates that are missing, with progress,
+and record every built template in the store so sandboxes can be created from it."""
+
+from __future__ import annotations
+
+import docker
+import docker.errors
+
+from sandgate.cli._common import err_console
+from sandgate.cli.templates import _ProgressView
+from sandgate.config import Config
+from sandgate.errors import RuntimeUnavailable, TemplateBuildError
+from sandgate.sandboxes.catalog import register
+from sandgate.store import Store
+from sandgate.templates import SHIPPED_TEMPLATES, TemplateBuilder
+from sandgate.templates import TemplateBuildError as BuilderError
+
+
+def ensure_shipped_templates(config: Config, store: Store, *, build: bool) -> None:
+    """Registers current shipped templates; builds missing ones first when ``build``."""
+    try:
+        client = docker.from_env()
+    except docker.errors.DockerException as exc:
+        raise RuntimeUnavailable(f"Docker engine unreachable ({exc}): start dockerd") from None
+    settings = config.templates
+    try:
+        probe = TemplateBuilder(client, source=settings.source, mirror=settings.mirror)
+        missing = [name for name in SHIPPED_TEMPLATES if probe.status(name) is None]
+        if missing and build:
+            err_console.print(f"Building templates on first run: {', '.join(missing)}")
+            with _ProgressView() as view:
+                builder = TemplateBuilder(
+                    client,
+                    source=settings.source,
+                    mirror=settings.mirror,
+                    on_progress=view.update,
+                )
+                builder.ensure(missing)
+        for name in SHIPPED_TEMPLATES:
+            built = probe.status(name)
+            if built is not None:
+                register(store, built)
+            else:
+                err_console.print(
+                    f"template {name} is not built: `sandgate templates build {name}`"
+                )
+    except BuilderError as exc:
+        raise TemplateBuildError(str(exc)) from None
+    finally:
+        client.close()

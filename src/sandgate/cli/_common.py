@@ -1,0 +1,49 @@
+"""What every command shares: loading config, opening the store, printing errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+
+from sandgate.config import Config, load_config
+from sandgate.errors import SandgateError
+from sandgate.store import Store
+
+console = Console()
+err_console = Console(stderr=True)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="Config file (YAML or JSON5).", envvar="SANDGATE_CONFIG"),
+]
+
+
+def load(config_path: Path | None) -> Config:
+    return load_config(config_path)
+
+
+def open_store(config: Config) -> Store:
+    config.home_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return Store.open(config.store_url)
+
+
+def friendly_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Prints a Sandgate error as one clear line and exits 1, instead of a traceback."""
+
+    @wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except SandgateError as exc:
+            err_console.print(f"[bold red]error[/] ({exc.code}): {exc.message}")
+            raise typer.Exit(1) from None
+
+    return wrapper

@@ -1,0 +1,165 @@
+"""``sandgate doctor``: is this machine ready to run sandboxes safely? Each problem comes with
+its fix. Exits non-zero when something required is missing."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+import docker
+import docker.errors
+import typer
+from rich.table import Table
+
+from sandgate.cli._common import ConfigOption, console, friendly_errors, load
+from sandgate.templates import SHIPPED_TEMPLATES, TemplateBuilder, TemplateBuildError
+
+#: Upstream releases that fixed the escapes we know of (CVE-2024-21626 "Leaky Vessels" for
+#: runc; Moby 25 added io_uring to the default seccomp deny list).
+RUNC_FLOOR = (1, 1, 12)
+DOCKER_FLOOR = (25, 0, 0)
+_MIN_FREE_BYTES = 2 * 1024**3
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # "ok" | "warn" | "fail"
+    detail: str
+    fix: str = ""
+
+
+def _version(text: str) -> tuple[int, ...]:
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    return tuple(int(p) for p in match.groups()) if match else (0, 0, 0)
+
+
+def _floor_check(name: str, found: str, floor: tuple[int, ...], why: str) -> Check:
+    if _version(found) >= floor:
+        return Check(name, "ok", found)
+    floor_text = ".".join(map(str, floor))
+    if "deb" in found or "ubuntu" in found:
+        return Check(
+            name,
+            "warn",
+            f"{found} (distribution build below upstream {floor_text})",
+            f"distributions backport fixes: confirm {why} is fixed in this package "
+            "(Debian security tracker), or install an upstream build",
+        )
+    return Check(name, "fail", f"{found} < {floor_text}", f"upgrade: {why}")
+
+
+def run_checks(config_path: Any = None) -> list[Check]:
+    cfg = load(config_path)
+    checks: list[Check] = []
+    try:
+        client = docker.from_env()
+        info: dict[str, Any] = client.info()
+        version: dict[str, Any] = client.version()
+    except docker.errors.DockerException as exc:
+        checks.append(
+            Check(
+                "docker engine",
+                "fail",
+                f"unreachable ({type(exc).__name__})",
+                "apt-get install docker.io && (systemctl start docker || dockerd &)",
+            )
+        )
+        client = None
+        info, version = {}, {}
+    if client is not None:
+        checks.append(Check("docker engine", "ok", f"Docker {version.get('Version')}"))
+        checks.append(
+            _floor_check(
+                "docker version",
+                str(version.get("Version", "")),
+                DOCKER_FLOOR,
+                "io_uring is allowed by older default seccomp profiles",
+            )
+        )
+        runc = str((info.get("RuncCommit") or {}).get("ID", ""))
+        for component in version.get("Components", []):
+            if component.get("Name") == "runc":
+                runc = str(component.get("Version", runc))
+        checks.append(_floor_check("runc", runc or "unknown", RUNC_FLOOR, "CVE-2024-21626"))
+        cgroup = str(info.get("CgroupVersion", "?"))
+        checks.append(
+            Check(
+                "cgroup version",
+                "ok",
+                f"v{cgroup}",
+                "" if cgroup == "2" else "v1 works; v2 gives better memory and pids accounting",
+            )
+        )
+        options = " ".join(info.get("SecurityOptions", []))
+        checks.append(
+            Check(
+                "seccomp",
+                "ok" if "seccomp" in options else "fail",
+                "enabled" if "seccomp" in options else "not supported by this engine",
+                "" if "seccomp" in options else "install a Docker build with seccomp support",
+            )
+        )
+        userns = "userns" in options
+        checks.append(
+            Check(
+                "user namespaces",
+                "ok" if userns else "warn",
+                "userns-remap on" if userns else "off: root in a sandbox is root on the host's uid",
+                "" if userns else 'set "userns-remap": "default" in /etc/docker/daemon.json',
+            )
+        )
+        try:
+            builder = TemplateBuilder(client, source=cfg.templates.source)
+            for name in SHIPPED_TEMPLATES:
+                built = builder.status(name)
+                checks.append(
+                    Check(
+                        f"template {name}",
+                        "ok" if built else "fail",
+                        built.image_ref if built else "not built",
+                        "" if built else f"sandgate templates build {name}",
+                    )
+                )
+        except TemplateBuildError as exc:
+            checks.append(Check("templates", "fail", str(exc), "see the message"))
+        client.close()
+    home = cfg.home_dir
+    home.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(home).free
+    checks.append(
+        Check(
+            "disk",
+            "ok" if free >= _MIN_FREE_BYTES else "fail",
+            f"{free / 1024**3:.1f} GiB free in {home}",
+            "" if free >= _MIN_FREE_BYTES else "free space or set SANDGATE_HOME elsewhere",
+        )
+    )
+    bwrap = shutil.which("bwrap")
+    checks.append(
+        Check(
+            "bubblewrap",
+            "ok" if bwrap else "warn",
+            bwrap or "not installed",
+            "" if bwrap else "apt-get install bubblewrap (for the daemonless runtime)",
+        )
+    )
+    return checks
+
+
+@friendly_errors
+def doctor(config: ConfigOption = None) -> None:
+    """Checks the engine, runtime versions against patched floors, cgroups, disk and
+    templates; every problem says how to fix it."""
+    checks = run_checks(config)
+    table = Table("check", "status", "detail", "fix")
+    colours = {"ok": "green", "warn": "yellow", "fail": "red"}
+    for check in checks:
+        table.add_row(
+            check.name, f"[{colours[check.status]}]{check.status}[/]", check.detail, check.fix
+        )
+    console.print(table)
+    if any(check.status == "fail" for check in checks):
+        raise typer.Exit(1)

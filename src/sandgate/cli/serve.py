@@ -1,0 +1,45 @@
+"""``sandgate serve``: build what is missing, then serve everything on one port."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from sandgate.api.app import create_app
+from sandgate.cli._bootstrap import ensure_shipped_templates
+from sandgate.cli._common import ConfigOption, console, friendly_errors, load
+from sandgate.logs import configure_logging
+
+
+@friendly_errors
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on.")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Runs the Sandgate server in the foreground (Ctrl-C stops it; sandboxes keep running
+    and are found again on the next start)."""
+    cfg = load(config)
+    overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+    if overrides:
+        cfg = cfg.model_copy(update={"server": cfg.server.model_copy(update=overrides)})
+    configure_logging(cfg.logging.level, json_logs=cfg.logging.json_logs)
+    application = create_app(cfg)
+    ensure_shipped_templates(cfg, application.store, build=cfg.templates.build_on_start)
+    console.print(
+        f"Sandgate listening on http://{cfg.server.host}:{cfg.server.port} "
+        f"(runtime {application.runtime.name}, data in {cfg.home_dir}). "
+        f'Client setup: eval "$(sandgate env)"'
+    )
+    uvicorn.run(
+        application.asgi,
+        host=cfg.server.host,
+        port=cfg.server.port,
+        log_level="warning",
+        lifespan="on",
+        http="httptools",
+        loop="uvloop",
+        timeout_graceful_shutdown=3,
+    )

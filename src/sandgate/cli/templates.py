@@ -1,0 +1,165 @@
+"""``sandgate templates``: build and inspect the shipped templates."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, NoReturn
+
+import docker
+import docker.errors
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Column, Table
+
+from sandgate.templates import (
+    DEFAULT_MIRROR,
+    SHIPPED_TEMPLATES,
+    BuildStep,
+    Source,
+    TemplateBuilder,
+    TemplateBuildError,
+    TemplateState,
+)
+
+__all__ = ["templates_app"]
+
+templates_app = typer.Typer(
+    help="Build and inspect the shipped sandbox templates (base, ...).",
+    no_args_is_help=True,
+)
+
+_console = Console()
+_errors = Console(stderr=True)
+
+SourceOption = Annotated[
+    Source,
+    typer.Option(
+        "--source",
+        help="Where the root filesystem comes from: auto (local image, else pull, else "
+        "debootstrap), registry (pull debian:bookworm-slim) or debootstrap (offline).",
+        case_sensitive=False,
+    ),
+]
+MirrorOption = Annotated[
+    str, typer.Option("--mirror", help="Debian mirror for debootstrap.", metavar="URL")
+]
+
+
+@templates_app.command("list")
+def list_templates(source: SourceOption = Source.AUTO) -> None:
+    """Show each shipped template: built?, image, digest, size."""
+    builder = TemplateBuilder(_docker_client(), source=source)
+    table = Table("name", "built", "image", "digest", "size")
+    for name in SHIPPED_TEMPLATES:
+        try:
+            state, built = builder.state(name)
+        except TemplateBuildError as exc:
+            _fail(exc)
+        style = {TemplateState.CURRENT: "green", TemplateState.STALE: "yellow"}.get(state, "red")
+        table.add_row(
+            name,
+            f"[{style}]{state}[/]",
+            built.image_ref if built else "-",
+            built.digest[:12] if built else "-",
+            _size(built.size_bytes) if built else "-",
+        )
+    _console.print(table)
+
+
+@templates_app.command("build")
+def build_templates(
+    name: Annotated[
+        str | None, typer.Argument(help="Template to build, e.g. base.", metavar="NAME")
+    ] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Build every shipped template.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Rebuild even when the image is current.")
+    ] = False,
+    source: SourceOption = Source.AUTO,
+    mirror: MirrorOption = DEFAULT_MIRROR,
+) -> None:
+    """Build a template (or --all); reuses images whose inputs have not changed."""
+    if (name is None) == (not all_):
+        _errors.print("[red]error:[/] give a template NAME or --all (not both)")
+        raise typer.Exit(2)
+    names = list(SHIPPED_TEMPLATES) if all_ else [name or ""]
+    with _ProgressView() as view:
+        builder = TemplateBuilder(
+            _docker_client(), source=source, mirror=mirror, on_progress=view.update
+        )
+        try:
+            results = [builder.build(n, force=force) for n in names]
+        except TemplateBuildError as exc:
+            view.stop()
+            _fail(exc)
+    for built in results:
+        _console.print(
+            f"[green]✓[/] {built.name}: {built.image_ref} "
+            f"({built.image_id[7:19]}, {_size(built.size_bytes)})"
+        )
+
+
+class _ProgressView:
+    """Renders ``ProgressCallback`` events: one bar per build step."""
+
+    def __init__(self) -> None:
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]{task.fields[step]}", table_column=Column(min_width=11)),
+            BarColumn(bar_width=24),
+            TaskProgressColumn(),
+            TimeElapsedColumn(),
+            TextColumn(
+                "{task.description}",
+                table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis"),
+            ),
+            console=_errors,
+            transient=False,
+        )
+        self._tasks: dict[BuildStep, TaskID] = {}
+
+    def __enter__(self) -> _ProgressView:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._progress.stop()
+
+    def update(self, step: BuildStep, fraction: float | None, message: str) -> None:
+        description = escape(message.splitlines()[0][:70]) if message else ""
+        task = self._tasks.get(step)
+        if task is None:
+            task = self._progress.add_task(description, total=None, step=step.value)
+            self._tasks[step] = task
+        if fraction is None:
+            self._progress.update(task, description=description)
+        else:
+            self._progress.update(task, total=1.0, completed=fraction, description=description)
+
+
+def _docker_client() -> Any:
+    try:
+        return docker.from_env()
+    except docker.errors.DockerException as exc:
+        _fail(TemplateBuildError(f"Docker engine unreachable ({exc}): start dockerd"))
+
+
+def _fail(exc: TemplateBuildError) -> NoReturn:
+    _errors.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+    raise typer.Exit(1)
+
+
+def _size(size_bytes: int) -> str:
+    return f"{size_bytes / 1_000_000:.0f} MB"

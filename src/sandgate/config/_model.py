@@ -1,0 +1,107 @@
+"""The configuration schema: one validated document, unknown keys rejected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(7788, ge=0, le=65535)
+    #: Base domain of ``<port>-<id>.<domain>`` hosts, returned to SDKs as ``domain``. It must
+    #: never be an E2B domain, or SDKs would send tokens to E2B's cloud.
+    domain: str = "sandbox.localhost"
+    #: Largest JSON body the control plane accepts.
+    max_json_body_bytes: int = Field(1024 * 1024, ge=1024)
+
+    @model_validator(mode="after")
+    def _not_e2b(self) -> ServerConfig:
+        if self.domain.rstrip(".").endswith(("e2b.app", "e2b.dev", "e2b.pro")):
+            raise ValueError("domain must not be an E2B domain: SDKs would send tokens there")
+        return self
+
+
+class StoreConfig(_Section):
+    #: SQLAlchemy URL; empty means SQLite at ``$SANDGATE_HOME/sandgate.db``.
+    url: str = ""
+
+
+class DockerConfig(_Section):
+    #: OCI runtime: ``runc`` (default) or ``runsc`` for the gVisor tier.
+    oci_runtime: str = "runc"
+    #: Docker engine address; empty means the environment's default (``DOCKER_HOST`` or the
+    #: local socket).
+    base_url: str = ""
+
+
+class RuntimeConfig(_Section):
+    kind: Literal["auto", "docker", "bwrap"] = "auto"
+    docker: DockerConfig = DockerConfig()
+
+
+class LimitsConfig(_Section):
+    """Caps enforced at create time; requests beyond them are refused with the cap named."""
+
+    default_timeout_s: int = Field(300, ge=1)
+    max_timeout_s: int = Field(24 * 3600, ge=1)
+    default_cpu_count: int = Field(1, ge=1)
+    max_cpu_count: int = Field(4, ge=1)
+    default_memory_mb: int = Field(512, ge=64)
+    max_memory_mb: int = Field(8192, ge=64)
+    disk_size_mb: int = Field(1024, ge=16)
+    pids_limit: int = Field(256, ge=16)
+    tmp_size_mb: int = Field(64, ge=1)
+    nofile: int = Field(1024, ge=64)
+    max_sandboxes_per_team: int = Field(20, ge=0)
+    max_sandboxes_total: int = Field(200, ge=0)
+
+    @model_validator(mode="after")
+    def _defaults_within_caps(self) -> LimitsConfig:
+        if self.default_timeout_s > self.max_timeout_s:
+            raise ValueError("default_timeout_s must not exceed max_timeout_s")
+        if self.default_cpu_count > self.max_cpu_count:
+            raise ValueError("default_cpu_count must not exceed max_cpu_count")
+        if self.default_memory_mb > self.max_memory_mb:
+            raise ValueError("default_memory_mb must not exceed max_memory_mb")
+        return self
+
+
+class TemplatesConfig(_Section):
+    source: Literal["auto", "registry", "debootstrap"] = "auto"
+    mirror: str = "http://deb.debian.org/debian"
+    #: Build missing shipped templates when ``serve`` starts.
+    build_on_start: bool = True
+    #: Sandboxes kept started and unclaimed per template, so create is instant.
+    warm_pool: dict[str, int] = Field(default_factory=dict)
+
+
+class LoggingConfig(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    json_logs: bool = False
+
+
+class Config(_Section):
+    """The whole configuration. ``home`` is where Sandgate keeps its data."""
+
+    home: Path = Path("~/.sandgate")
+    server: ServerConfig = ServerConfig()
+    store: StoreConfig = StoreConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+    limits: LimitsConfig = LimitsConfig()
+    templates: TemplatesConfig = TemplatesConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+    @property
+    def home_dir(self) -> Path:
+        return self.home.expanduser()
+
+    @property
+    def store_url(self) -> str:
+        return self.store.url or f"sqlite:///{self.home_dir / 'sandgate.db'}"

@@ -1,0 +1,47 @@
+"""The guest's configuration file, written by the host before the daemon starts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["GuestConfig"]
+
+
+@dataclass(frozen=True)
+class GuestConfig:
+    """Sandbox-level settings; a missing key takes the default shown here."""
+
+    envs: dict[str, str] = field(default_factory=dict)
+    default_user: str = "user"
+    default_workdir: str | None = None
+    max_processes: int = 256
+    exit_retention_s: float = 30.0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GuestConfig:
+        envs = data.get("envs") or {}
+        if not isinstance(envs, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in envs.items()
+        ):
+            raise ValueError("config: envs must map strings to strings")
+        user = data.get("default_user") or "user"
+        workdir = data.get("default_workdir") or None
+        max_processes = data.get("max_processes", 256)
+        retention = data.get("exit_retention_s", 30)
+        if not isinstance(user, str) or not (workdir is None or isinstance(workdir, str)):
+            raise ValueError("config: default_user and default_workdir must be strings")
+        if not isinstance(max_processes, int) or max_processes < 1:
+            raise ValueError("config: max_processes must be a positive integer")
+        if not isinstance(retention, int | float) or retention < 0:
+            raise ValueError("config: exit_retention_s must be a non-negative number")
+        return cls(dict(envs), user, workdir, max_processes, float(retention))
+
+    @classmethod
+    def load(cls, path: Path) -> GuestConfig:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError("config: top level must be an object")
+        return cls.from_json(data)

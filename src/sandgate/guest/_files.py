@@ -1,0 +1,382 @@
+"""File operations, run by the per-user worker *as that user* on the client's connection.
+
+Trust: the request comes from the gateway (trusted); the file system content is the sandbox's
+(untrusted: any path may be a symlink, FIFO or device placed by sandbox code). Enforced here:
+the kernel checks every access against the worker's uid/gids (the worker never holds more
+privilege than the selected user); reads refuse anything but regular files and never block on
+a FIFO; writes never leave a half-written target. Not done here: quotas (the runtime's disk
+limits), path confinement (absolute paths name the sandbox's own files, as in E2B).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import shutil
+import socket
+import stat
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ._config import GuestConfig
+from ._entry import METADATA_PREFIX, entry_info
+from ._errors import OpError, from_oserror
+from ._users import User, resolve_path
+from ._wire import FrameError, recv_frame, send_frame, send_json
+from .protocol import FILE_CHUNK, MAX_FRAME, Kind
+
+__all__ = ["FILE_OPS", "TEMP_SUFFIX_CREATE", "TEMP_SUFFIX_WRITE", "FileContext", "is_temp_name"]
+
+#: Temp files of ``write_file`` end with one of these; the watcher hides them and reports the
+#: rename onto the target as a create+write (new file) or a write (replaced file).
+TEMP_SUFFIX_CREATE = ".sgtmp-c"
+TEMP_SUFFIX_WRITE = ".sgtmp-w"
+_LIST_BATCH = 2000
+_SPECIAL_ROOTS = ("/proc", "/sys")
+
+
+def is_temp_name(name: str) -> bool:
+    base = name.rsplit("/", 1)[-1]
+    return base.startswith(".") and base.endswith((TEMP_SUFFIX_CREATE, TEMP_SUFFIX_WRITE))
+
+
+@dataclass(frozen=True)
+class FileContext:
+    user: User
+    config: GuestConfig
+
+    def path(self, request: dict[str, Any], key: str = "path") -> str:
+        value = request.get(key, "")
+        if value is None:
+            value = ""
+        if not isinstance(value, str):
+            raise OpError("invalid_argument", f"{key} must be a string")
+        return resolve_path(value, self.user, self.config.default_workdir)
+
+
+def _entry(path: str) -> dict[str, Any]:
+    try:
+        return entry_info(path)
+    except OSError as exc:
+        raise from_oserror(exc, f"stat {path}") from None
+
+
+def _int_field(request: dict[str, Any], key: str, default: int | None) -> int | None:
+    value = request.get(key, default)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise OpError("invalid_argument", f"{key} must be a non-negative integer")
+    return value
+
+
+def op_stat(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> None:
+    send_json(sock, {"ok": True, "entry": _entry(ctx.path(request))})
+
+
+def op_make_dir(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> None:
+    path = ctx.path(request)
+    try:
+        os.makedirs(path)
+    except FileExistsError:
+        if os.path.isdir(path):
+            raise OpError("already_exists", f"directory already exists: {path}") from None
+        raise OpError("invalid_argument", f"path exists but is not a directory: {path}") from None
+    except OSError as exc:
+        raise from_oserror(exc, f"make directory {path}") from None
+    send_json(sock, {"ok": True, "entry": _entry(path)})
+
+
+def op_move(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> None:
+    source = ctx.path(request, "source")
+    destination = ctx.path(request, "destination")
+    if not os.path.lexists(source):
+        raise OpError("not_found", f"source does not exist: {source}")
+    try:
+        os.makedirs(os.path.dirname(destination), exist_ok=True)
+        try:
+            os.rename(source, destination)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            shutil.move(source, destination)
+    except OSError as exc:
+        raise from_oserror(exc, f"move {source} to {destination}") from None
+    send_json(sock, {"ok": True, "entry": _entry(destination)})
+
+
+def op_remove(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> None:
+    path = ctx.path(request)
+    try:
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise from_oserror(exc, f"remove {path}") from None
+    send_json(sock, {"ok": True})
+
+
+def _walk(path: str, depth: int, level: int = 1) -> Iterator[dict[str, Any]]:
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return
+    for name in names:
+        child = os.path.join(path, name)
+        try:
+            entry = entry_info(child)
+        except OSError:
+            continue
+        yield entry
+        if level < depth and entry["type"] == "dir" and entry["symlink_target"] is None:
+            yield from _walk(child, depth, level + 1)
+
+
+def op_list_dir(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> None:
+    path = ctx.path(request)
+    depth = _int_field(request, "depth", 1) or 1
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise from_oserror(exc, f"stat {path}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise OpError("invalid_argument", f"path is not a directory: {path}")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise OpError("permission_denied", f"cannot list directory {path}")
+    batch: list[dict[str, Any]] = []
+    size = 0
+    for entry in _walk(path, depth):
+        batch.append(entry)
+        size += 300 + len(entry["path"]) * 2 + sum(len(k) + len(v) for k, v in entry["metadata"].items())
+        if len(batch) >= _LIST_BATCH or size > MAX_FRAME // 2:
+            send_json(sock, {"ok": True, "entries": batch, "more": True})
+            batch, size = [], 0
+    send_json(sock, {"ok": True, "entries": batch, "more": False})
+
+
+def _open_regular(path: str) -> tuple[int, os.stat_result]:
+    """Opens a regular file for reading without ever blocking on a FIFO or touching a device."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise from_oserror(exc, f"open {path}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise OpError("invalid_argument", f"path is a directory: {path}")
+    if not stat.S_ISREG(st.st_mode):
+        raise OpError("invalid_argument", f"not a regular file: {path}")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise from_oserror(exc, f"open {path}") from None
+    try:
+        # SECURITY: re-check on the open fd, the path may have been swapped since the stat.
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise OpError("invalid_argument", f"path is a directory: {path}")
+        if not stat.S_ISREG(st.st_mode):
+            raise OpError("invalid_argument", f"not a regular file: {path}")
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            real = path
+        if any(real == root or real.startswith(root + "/") for root in _SPECIAL_ROOTS):
+            raise OpError("invalid_argument", f"not a regular file: {path} (procfs/sysfs)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def op_read_file(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> None:
+    path = ctx.path(request)
+    offset = _int_field(request, "offset", 0) or 0
+    length = _int_field(request, "length", None)
+    fd, st = _open_regular(path)
+    try:
+        start = min(offset, st.st_size)
+        remaining = st.st_size - start if length is None else min(length, st.st_size - start)
+        send_json(
+            sock,
+            {
+                "ok": True,
+                "size": st.st_size,
+                "name": os.path.basename(path),
+                "offset": start,
+                "length": remaining,
+            },
+        )
+        position = start
+        while remaining > 0:
+            try:
+                chunk = os.pread(fd, min(FILE_CHUNK, remaining), position)
+            except OSError:
+                break
+            if not chunk:
+                break
+            send_frame(sock, Kind.DATA, chunk)
+            position += len(chunk)
+            remaining -= len(chunk)
+        send_frame(sock, Kind.EOF)
+    finally:
+        os.close(fd)
+
+
+def _metadata(request: dict[str, Any]) -> dict[str, str]:
+    metadata = request.get("metadata") or {}
+    if not isinstance(metadata, dict) or not all(
+        isinstance(k, str) and k and isinstance(v, str) for k, v in metadata.items()
+    ):
+        raise OpError("invalid_argument", "metadata must map non-empty strings to strings")
+    return metadata
+
+
+def _apply_metadata(fd: int, metadata: dict[str, str], clear: bool) -> None:
+    """Makes ``metadata`` the file's whole ``user.e2b.*`` set."""
+    try:
+        if clear:
+            for name in os.listxattr(fd):
+                if name.startswith(METADATA_PREFIX):
+                    os.removexattr(fd, name)
+        for key, value in metadata.items():
+            os.setxattr(fd, METADATA_PREFIX + key, value.encode())
+    except OSError as exc:
+        if exc.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            if metadata:
+                raise OpError(
+                    "failed_precondition", "the file system does not support file metadata"
+                ) from None
+            return
+        raise from_oserror(exc, "set metadata") from None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _receive_into(sock: socket.socket, fd: int) -> bool:
+    """Copies the client's DATA frames into ``fd``; ``False`` if the client left before EOF."""
+    while True:
+        try:
+            frame = recv_frame(sock)
+        except (FrameError, OSError):
+            return False
+        if frame is None:
+            return False
+        kind, payload = frame
+        if kind == Kind.EOF:
+            return True
+        if kind != Kind.DATA:
+            return False
+        try:
+            _write_all(fd, payload)
+        except OSError as exc:
+            raise from_oserror(exc, "write") from None
+
+
+def op_write_file(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> None:
+    path = ctx.path(request)
+    metadata = _metadata(request)
+    # Writes go through symlinks, as an O_TRUNC open would; the kernel checks each hop as
+    # the user.
+    target = os.path.realpath(path)
+    try:
+        existing: os.stat_result | None = os.stat(target)
+    except FileNotFoundError:
+        existing = None
+    except OSError as exc:
+        raise from_oserror(exc, f"stat {path}") from None
+    if existing is not None and stat.S_ISDIR(existing.st_mode):
+        raise OpError("invalid_argument", f"path is a directory: {path}")
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        raise OpError("invalid_argument", f"not a regular file: {path}")
+    parent, base = os.path.split(target)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except FileExistsError:
+        raise OpError("invalid_argument", f"parent is not a directory: {parent}") from None
+    except OSError as exc:
+        raise from_oserror(exc, f"make directory {parent}") from None
+    suffix = TEMP_SUFFIX_WRITE if existing is not None else TEMP_SUFFIX_CREATE
+    temp = os.path.join(parent, f".{base[:200]}.{secrets.token_hex(6)}{suffix}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        fd = os.open(temp, flags, 0o666)
+    except PermissionError:
+        if existing is None:
+            raise OpError("permission_denied", f"cannot create {path}") from None
+        # The directory is not writable but the file may be: stage the upload elsewhere and
+        # copy it in at EOF, so the target is still untouched if the client leaves early.
+        _write_in_place(sock, target, path, metadata)
+        return
+    except OSError as exc:
+        raise from_oserror(exc, f"create {path}") from None
+    renamed = False
+    try:
+        if not _receive_into(sock, fd):
+            return
+        if existing is not None:
+            os.fchmod(fd, stat.S_IMODE(existing.st_mode))
+            if os.geteuid() == 0:
+                os.fchown(fd, existing.st_uid, existing.st_gid)
+        _apply_metadata(fd, metadata, clear=False)
+        os.rename(temp, target)
+        renamed = True
+    except OSError as exc:
+        raise from_oserror(exc, f"write {path}") from None
+    finally:
+        os.close(fd)
+        if not renamed:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+    send_json(sock, {"ok": True, "entry": _entry(path)})
+
+
+def _write_in_place(sock: socket.socket, target: str, path: str, metadata: dict[str, str]) -> None:
+    if not os.access(target, os.W_OK):
+        raise OpError("permission_denied", f"cannot write {path}")
+    with tempfile.TemporaryFile() as staging:
+        if not _receive_into(sock, staging.fileno()):
+            return
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC | os.O_NOCTTY)
+        except OSError as exc:
+            raise from_oserror(exc, f"open {path}") from None
+        try:
+            staging.seek(0)
+            while chunk := staging.read(FILE_CHUNK):
+                _write_all(fd, chunk)
+            _apply_metadata(fd, metadata, clear=True)
+        except OSError as exc:
+            raise from_oserror(exc, f"write {path}") from None
+        finally:
+            os.close(fd)
+    send_json(sock, {"ok": True, "entry": _entry(path)})
+
+
+def _op_watch(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> None:
+    from ._inotify import watch
+
+    watch(sock, ctx.path(request), bool(request.get("recursive", False)))
+
+
+FILE_OPS: dict[str, Callable[[socket.socket, dict[str, Any], FileContext], None]] = {
+    "stat": op_stat,
+    "list_dir": op_list_dir,
+    "make_dir": op_make_dir,
+    "move": op_move,
+    "remove": op_remove,
+    "read_file": op_read_file,
+    "write_file": op_write_file,
+    "watch": _op_watch,
+}

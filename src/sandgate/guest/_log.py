@@ -1,0 +1,20 @@
+"""One JSON line per event on stderr; the guest logs sparingly (start, failures, drops)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+__all__ = ["log"]
+
+
+def log(event: str, **fields: Any) -> None:
+    record = {"ts": round(time.time(), 3), "pid": os.getpid(), "event": event, **fields}
+    try:
+        sys.stderr.write(json.dumps(record, default=str) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass

@@ -1,0 +1,557 @@
+"""Processes started by the guest: spawn, output fan-out with backpressure, exit, retention.
+
+Trust: requests come from the gateway (trusted); the processes themselves are sandbox code
+(untrusted: they may flood output, never read stdin, fork grandchildren, or exit at any
+moment). Enforced here: each process runs as the selected user (uid, gid, supplementary
+groups) in its own session with no controlling tty unless it asked for a PTY; the daemon's
+memory per subscriber is bounded (a reader that stalls is dropped, the process is paused
+while any subscriber's buffer is full); every child is reaped; the exit table is bounded.
+Not done here: CPU/memory/pid limits (cgroups, set by the runtime).
+
+Runs on the daemon's event loop only; the daemon has no threads, so ``fork`` is safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import fcntl
+import os
+import signal
+import stat
+import struct
+import termios
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._config import GuestConfig
+from ._errors import OpError
+from ._log import log
+from ._users import User, resolve_path
+from .protocol import OUTPUT_CHUNK, PTY_CHUNK, Kind, encode_frame, encode_json
+
+__all__ = ["Process", "ProcessTable", "SpawnSpec"]
+
+#: A subscriber whose socket buffer holds more than this pauses the process's output.
+SUBSCRIBER_HIGH_WATER = 256 * 1024
+#: A subscriber that cannot drain its buffer within this many seconds is dropped.
+SUBSCRIBER_STALL_S = 10.0
+#: After a PTY process exits, how long to keep reading output still held by the terminal.
+PTY_EXIT_GRACE_S = 1.0
+_MAX_RETAINED = 1024
+_DRAIN_LIMIT = 4 * 1024 * 1024
+
+_SIGNAL_NAMES = {
+    signal.SIGHUP: "hangup",
+    signal.SIGINT: "interrupt",
+    signal.SIGQUIT: "quit",
+    signal.SIGILL: "illegal instruction",
+    signal.SIGTRAP: "trace/breakpoint trap",
+    signal.SIGABRT: "aborted",
+    signal.SIGBUS: "bus error",
+    signal.SIGFPE: "floating point exception",
+    signal.SIGKILL: "killed",
+    signal.SIGUSR1: "user defined signal 1",
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGUSR2: "user defined signal 2",
+    signal.SIGPIPE: "broken pipe",
+    signal.SIGALRM: "alarm clock",
+    signal.SIGTERM: "terminated",
+}
+
+
+@dataclass(frozen=True)
+class SpawnSpec:
+    cmd: str
+    args: list[str]
+    envs: dict[str, str]
+    cwd: str
+    tag: str | None
+    stdin: bool
+    pty: tuple[int, int] | None  # (cols, rows)
+    timeout_ms: int
+
+    @classmethod
+    def from_request(cls, request: dict[str, Any]) -> SpawnSpec:
+        cmd = request.get("cmd")
+        args = request.get("args") or []
+        envs = request.get("envs") or {}
+        cwd = request.get("cwd") or ""
+        tag = request.get("tag")
+        timeout_ms = request.get("timeout_ms") or 0
+        if not isinstance(cmd, str) or not cmd or "\0" in cmd:
+            raise OpError("invalid_argument", "cmd must be a non-empty string")
+        if not isinstance(args, list) or not all(isinstance(a, str) and "\0" not in a for a in args):
+            raise OpError("invalid_argument", "args must be a list of strings")
+        if not isinstance(envs, dict) or not all(
+            isinstance(k, str) and k and "=" not in k and "\0" not in k
+            and isinstance(v, str) and "\0" not in v
+            for k, v in envs.items()
+        ):
+            raise OpError("invalid_argument", "envs must map names (no '=' or NUL) to strings")
+        if not isinstance(cwd, str):
+            raise OpError("invalid_argument", "cwd must be a string")
+        if tag is not None and not isinstance(tag, str):
+            raise OpError("invalid_argument", "tag must be a string")
+        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
+            raise OpError("invalid_argument", "timeout_ms must be a non-negative integer")
+        pty = request.get("pty")
+        size: tuple[int, int] | None = None
+        if pty is not None:
+            if not isinstance(pty, dict):
+                raise OpError("invalid_argument", "pty must be an object")
+            size = _size(pty.get("cols", 80), pty.get("rows", 24))
+        return cls(cmd, list(args), dict(envs), cwd, tag, bool(request.get("stdin")), size, timeout_ms)
+
+
+def _size(cols: Any, rows: Any) -> tuple[int, int]:
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536 for v in (cols, rows)):
+        raise OpError("invalid_argument", "cols and rows must be integers in 1..65535")
+    return cols, rows
+
+
+def _set_winsize(fd: int, cols: int, rows: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def describe_status(status: int) -> tuple[int, bool, str]:
+    """Returns ``(exit_code, exited, status text)`` the way envd reports a wait status."""
+    if os.WIFEXITED(status):
+        code = os.WEXITSTATUS(status)
+        return code, True, f"exit status {code}"
+    sig = os.WTERMSIG(status)
+    try:
+        name = _SIGNAL_NAMES.get(signal.Signals(sig), f"signal {sig}")
+    except ValueError:
+        name = f"signal {sig}"
+    text = f"signal: {name}"
+    if os.WCOREDUMP(status):
+        text += " (core dumped)"
+    return -1, False, text
+
+
+@dataclass(eq=False)
+class Process:
+    """One spawned process; ``end`` is set once it exited and its output was forwarded."""
+
+    pid: int
+    spec: SpawnSpec
+    cwd: str
+    stdin_fd: int | None
+    outputs: dict[int, int]  # fd -> frame kind
+    subscribers: set[asyncio.StreamWriter] = field(default_factory=set)
+    end: dict[str, Any] | None = None
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    exited_at: float = 0.0
+    timed_out: bool = False
+    status: int | None = None
+    paused: bool = False
+    input_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    timer: asyncio.TimerHandle | None = None
+
+    @property
+    def is_pty(self) -> bool:
+        return self.spec.pty is not None
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "tag": self.spec.tag,
+            "cmd": self.spec.cmd,
+            "args": self.spec.args,
+            "envs": self.spec.envs,
+            "cwd": self.cwd,
+            "pty": self.is_pty,
+        }
+
+
+class ProcessTable:
+    """Running processes, recently exited ones, and the operations on them."""
+
+    def __init__(self, config: GuestConfig) -> None:
+        self._config = config
+        self._loop = asyncio.get_running_loop()
+        self.running: dict[int, Process] = {}
+        self._exited: OrderedDict[int, Process] = OrderedDict()
+
+    # ---- lookup
+
+    def find(self, request: dict[str, Any]) -> Process:
+        """The process named by ``pid`` or ``tag``: running first, then recently exited."""
+        self._expire()
+        pid, tag = request.get("pid"), request.get("tag")
+        if isinstance(pid, int) and not isinstance(pid, bool):
+            proc = self.running.get(pid) or self._exited.get(pid)
+            if proc is not None:
+                return proc
+            raise OpError("not_found", f"process with pid {pid} not found")
+        if isinstance(tag, str):
+            for table in (self.running, self._exited):
+                for proc in reversed(table.values()):
+                    if proc.spec.tag == tag:
+                        return proc
+            raise OpError("not_found", f"process with tag {tag!r} not found")
+        raise OpError("invalid_argument", "pid (integer) or tag (string) is required")
+
+    def find_running(self, request: dict[str, Any]) -> Process:
+        proc = self.find(request)
+        if proc.end is not None or proc.status is not None:
+            raise OpError("not_found", f"process {proc.pid} is not running")
+        return proc
+
+    def _expire(self) -> None:
+        limit = time.monotonic() - self._config.exit_retention_s
+        while self._exited:
+            pid, proc = next(iter(self._exited.items()))
+            if proc.exited_at >= limit and len(self._exited) <= _MAX_RETAINED:
+                break
+            del self._exited[pid]
+
+    # ---- spawn
+
+    def spawn(self, spec: SpawnSpec, user: User) -> Process:
+        """Starts ``spec`` as ``user``; raises :class:`OpError` before anything runs on bad input."""
+        if len(self.running) >= self._config.max_processes:
+            raise OpError(
+                "resource_exhausted",
+                f"too many processes (limit {self._config.max_processes})",
+            )
+        cwd = resolve_path(spec.cwd, user, self._config.default_workdir)
+        _check_cwd(cwd)
+        env = user.base_env() | self._config.envs | spec.envs
+        argv = [spec.cmd, *spec.args]
+        child_fds: list[int] = []
+        parent_fds: list[int] = []
+        try:
+            if spec.pty is not None:
+                master, slave = os.openpty()
+                parent_fds.append(master)
+                child_fds.append(slave)
+                _set_winsize(master, *spec.pty)
+                stdio = (slave, slave, slave)
+                outputs = {master: Kind.PTY}
+                stdin_fd: int | None = master
+            else:
+                out_r, out_w = os.pipe()
+                err_r, err_w = os.pipe()
+                parent_fds += [out_r, err_r]
+                child_fds += [out_w, err_w]
+                if spec.stdin:
+                    in_r, in_w = os.pipe()
+                    parent_fds.append(in_w)
+                    child_fds.append(in_r)
+                    stdin_fd = in_w
+                else:
+                    in_r = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+                    child_fds.append(in_r)
+                    stdin_fd = None
+                stdio = (in_r, out_w, err_w)
+                outputs = {out_r: Kind.STDOUT, err_r: Kind.STDERR}
+            err_r2, err_w2 = os.pipe()
+            child_fds.append(err_w2)
+            pid = os.fork()
+            if pid == 0:
+                _exec_child(argv, env, cwd, user, stdio, spec.pty is not None, err_w2)
+            for fd in child_fds:
+                os.close(fd)
+            child_fds = []
+            failure = _read_all(err_r2)
+            os.close(err_r2)
+            if failure:
+                os.waitpid(pid, 0)
+                code, _, message = failure.decode("utf-8", "replace").partition(":")
+                raise OpError(code if code else "internal", message)
+        except OpError:
+            for fd in parent_fds + child_fds:
+                os.close(fd)
+            raise
+        except OSError as exc:
+            for fd in parent_fds + child_fds:
+                os.close(fd)
+            raise OpError("internal", f"failed to start process: {exc}") from None
+        for fd in outputs:
+            os.set_blocking(fd, False)
+        if stdin_fd is not None:
+            os.set_blocking(stdin_fd, False)
+        proc = Process(pid, spec, cwd, stdin_fd, outputs)
+        self.running[pid] = proc
+        for fd in outputs:
+            self._loop.add_reader(fd, self._on_readable, proc, fd)
+        if spec.timeout_ms:
+            proc.timer = self._loop.call_later(spec.timeout_ms / 1000, self._on_timeout, proc)
+        return proc
+
+    # ---- output
+
+    def _on_readable(self, proc: Process, fd: int) -> None:
+        limit = PTY_CHUNK if proc.is_pty else OUTPUT_CHUNK
+        try:
+            data = os.read(fd, limit)
+        except BlockingIOError:
+            return
+        except OSError:  # EIO: the PTY's last slave fd closed
+            data = b""
+        if not data:
+            self._close_output(proc, fd)
+            if not proc.outputs and proc.status is not None:
+                self._finish(proc)
+            return
+        self._publish(proc, proc.outputs[fd], data)
+
+    def _publish(self, proc: Process, kind: int, data: bytes) -> None:
+        frame = encode_frame(kind, data)
+        slow = []
+        for writer in list(proc.subscribers):
+            if writer.transport.is_closing():
+                proc.subscribers.discard(writer)
+                continue
+            writer.write(frame)
+            if writer.transport.get_write_buffer_size() > SUBSCRIBER_HIGH_WATER:
+                slow.append(writer)
+        if slow and not proc.paused:
+            proc.paused = True
+            for fd in proc.outputs:
+                self._loop.remove_reader(fd)
+            asyncio.ensure_future(self._relieve(proc, slow))
+
+    async def _relieve(self, proc: Process, slow: list[asyncio.StreamWriter]) -> None:
+        for writer in slow:
+            try:
+                await asyncio.wait_for(writer.drain(), SUBSCRIBER_STALL_S)
+            except (TimeoutError, ConnectionError, RuntimeError):
+                if writer in proc.subscribers:
+                    log("subscriber_dropped", pid=proc.pid, reason="stalled")
+                proc.subscribers.discard(writer)
+                writer.transport.abort()
+        proc.paused = False
+        if proc.end is None:
+            for fd in proc.outputs:
+                self._loop.add_reader(fd, self._on_readable, proc, fd)
+
+    def _close_output(self, proc: Process, fd: int) -> None:
+        if fd in proc.outputs:
+            self._loop.remove_reader(fd)
+            del proc.outputs[fd]
+            if fd == proc.stdin_fd:
+                self._loop.remove_writer(fd)
+                proc.stdin_fd = None
+            os.close(fd)
+
+    def _drain_outputs(self, proc: Process) -> None:
+        budget = _DRAIN_LIMIT
+        for fd, kind in list(proc.outputs.items()):
+            while budget > 0:
+                try:
+                    data = os.read(fd, OUTPUT_CHUNK if kind != Kind.PTY else PTY_CHUNK)
+                except (BlockingIOError, OSError):
+                    break
+                if not data:
+                    break
+                budget -= len(data)
+                self._publish(proc, kind, data)
+            self._close_output(proc, fd)
+
+    # ---- exit
+
+    def on_child_exit(self, pid: int, status: int) -> bool:
+        """Records a reaped child; ``False`` if the pid is not one of ours."""
+        proc = self.running.get(pid)
+        if proc is None:
+            return False
+        proc.status = status
+        if proc.timer is not None:
+            proc.timer.cancel()
+        if proc.is_pty and proc.outputs:
+            # Output the program wrote just before exiting may still be in the terminal's
+            # buffers; keep reading until EOF (EIO) or the grace period ends.
+            self._loop.call_later(PTY_EXIT_GRACE_S, self._finish, proc)
+        else:
+            self._finish(proc)
+        return True
+
+    def _on_timeout(self, proc: Process) -> None:
+        proc.timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def _finish(self, proc: Process) -> None:
+        if proc.end is not None or proc.status is None:
+            return
+        self._drain_outputs(proc)
+        if proc.stdin_fd is not None:
+            self._loop.remove_writer(proc.stdin_fd)
+            os.close(proc.stdin_fd)
+            proc.stdin_fd = None
+        code, exited, text = describe_status(proc.status)
+        proc.end = {
+            "ev": "end",
+            "exit_code": code,
+            "exited": exited,
+            "status": text,
+            "error": None if exited and code == 0 else text,
+            "timed_out": proc.timed_out,
+        }
+        frame = encode_json(proc.end)
+        for writer in proc.subscribers:
+            if not writer.transport.is_closing():
+                writer.write(frame)
+        proc.exited_at = time.monotonic()
+        self.running.pop(proc.pid, None)
+        self._exited[proc.pid] = proc
+        self._exited.move_to_end(proc.pid)
+        self._expire()
+        proc.ended.set()
+
+    # ---- control
+
+    async def send_input(self, proc: Process, data: bytes, to_pty: bool) -> None:
+        if to_pty != proc.is_pty:
+            kind = "a PTY" if proc.is_pty else "not a PTY"
+            raise OpError("failed_precondition", f"process {proc.pid} is {kind}")
+        if proc.stdin_fd is None:
+            if not proc.is_pty and not proc.spec.stdin:
+                raise OpError("failed_precondition", "process was started without stdin")
+            raise OpError("failed_precondition", "stdin is closed")
+        async with proc.input_lock:
+            view = memoryview(data)
+            while view:
+                fd = proc.stdin_fd
+                if fd is None:
+                    raise OpError("failed_precondition", "stdin is closed")
+                try:
+                    view = view[os.write(fd, view) :]
+                except BlockingIOError:
+                    await self._writable(proc, fd)
+                except OSError as exc:
+                    raise OpError("failed_precondition", f"stdin is closed: {exc}") from None
+
+    async def _writable(self, proc: Process, fd: int) -> None:
+        ready: asyncio.Future[None] = self._loop.create_future()
+        self._loop.add_writer(fd, _resolve, ready)
+        ender = asyncio.ensure_future(proc.ended.wait())
+        try:
+            await asyncio.wait({ready, ender}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ender.cancel()
+            if proc.stdin_fd == fd:
+                self._loop.remove_writer(fd)
+
+    def close_stdin(self, proc: Process) -> None:
+        if proc.is_pty:
+            raise OpError("failed_precondition", "cannot close stdin of a PTY; send Ctrl+D (\\x04)")
+        if proc.stdin_fd is None:
+            if not proc.spec.stdin:
+                raise OpError("failed_precondition", "process was started without stdin")
+            return
+        self._loop.remove_writer(proc.stdin_fd)
+        os.close(proc.stdin_fd)
+        proc.stdin_fd = None
+
+    def resize(self, proc: Process, cols: Any, rows: Any) -> None:
+        if not proc.is_pty or proc.stdin_fd is None:
+            raise OpError("invalid_argument", f"process {proc.pid} is not a PTY")
+        _set_winsize(proc.stdin_fd, *_size(cols, rows))
+
+    def send_signal(self, proc: Process, sig: Any) -> None:
+        if not isinstance(sig, int) or isinstance(sig, bool) or not 0 < sig < signal.NSIG:
+            raise OpError("invalid_argument", f"invalid signal: {sig!r}")
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            raise OpError("not_found", f"process {proc.pid} is not running") from None
+
+    def kill_all(self) -> None:
+        for proc in list(self.running.values()):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def decode_input(request: dict[str, Any]) -> bytes:
+    data = request.get("data", "")
+    if not isinstance(data, str):
+        raise OpError("invalid_argument", "data must be base64 text")
+    try:
+        return base64.b64decode(data, validate=True)
+    except ValueError:
+        raise OpError("invalid_argument", "data is not valid base64") from None
+
+
+def _is_proc(path: str) -> bool:
+    return path == "/proc" or path.startswith("/proc/")
+
+
+def _check_cwd(cwd: str) -> None:
+    # SECURITY (ESC-13): a cwd under /proc can name a directory outside the sandbox's root
+    # (CVE-2024-21626: /proc/self/fd/N of a leaked fd); refuse it before and after symlinks.
+    if _is_proc(cwd) or _is_proc(os.path.realpath(cwd)):
+        raise OpError("invalid_argument", f"invalid_cwd: {cwd} is under /proc")
+    try:
+        st = os.stat(cwd)
+    except OSError:
+        raise OpError("invalid_argument", f"invalid_cwd: {cwd} does not exist") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise OpError("invalid_argument", f"invalid_cwd: {cwd} is not a directory")
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _exec_child(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    user: User,
+    stdio: tuple[int, int, int],
+    pty: bool,
+    report_fd: int,
+) -> None:
+    """Runs in the forked child: never returns. Failures are written to ``report_fd`` as
+    ``code:message`` (the fd is close-on-exec, so a successful exec reports nothing)."""
+    code = "internal"
+    try:
+        os.setsid()
+        if pty:
+            fcntl.ioctl(stdio[0], termios.TIOCSCTTY, 0)
+        for target, fd in enumerate(stdio):
+            os.dup2(fd, target)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        # SECURITY: groups, then gid, then uid: after setuid the child cannot undo any of it.
+        os.setgroups(list(user.groups))
+        os.setgid(user.gid)
+        os.setuid(user.uid)
+        code = "invalid_argument"
+        os.chdir(cwd)
+        real = os.getcwd()
+        if not real.startswith("/") or _is_proc(real):
+            raise OSError(f"invalid_cwd: {cwd} resolves outside the sandbox")
+        code = "invalid_argument"
+        os.execvpe(argv[0], argv, env)
+    except BaseException as exc:
+        if isinstance(exc, PermissionError) and code == "invalid_argument":
+            message = f"{code}:cannot start {argv[0]!r} in {cwd}: {exc.strerror}"
+        elif isinstance(exc, OSError) and exc.strerror:
+            message = f"{code}:cannot start {argv[0]!r}: {exc.strerror}"
+        else:
+            message = f"{code}:cannot start {argv[0]!r}: {exc}"
+        try:
+            os.write(report_fd, message.encode("utf-8", "replace"))
+        except OSError:
+            pass
+    finally:
+        os._exit(127)

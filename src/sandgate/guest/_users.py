@@ -1,0 +1,67 @@
+"""Linux users as the guest sees them, and the E2B path rules that depend on them."""
+
+from __future__ import annotations
+
+import os
+import pwd
+from dataclasses import dataclass
+
+from ._errors import OpError
+
+__all__ = ["MAX_PATH", "User", "lookup_user", "resolve_path"]
+
+#: Longest path (in bytes, after encoding) the guest accepts.
+MAX_PATH = 4096
+
+_DEFAULT_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+
+    def base_env(self) -> dict[str, str]:
+        """PATH, HOME, USER and LOGNAME for a process of this user (sandbox envs go on top)."""
+        inherited = [p for p in os.environ.get("PATH", "").split(":") if p]
+        path = inherited + [p for p in _DEFAULT_PATH if p not in inherited]
+        return {"PATH": ":".join(path), "HOME": self.home, "USER": self.name, "LOGNAME": self.name}
+
+
+def lookup_user(name: str) -> User:
+    """Returns the named user; an unknown name is ``unauthenticated`` (as envd answers)."""
+    try:
+        entry = pwd.getpwnam(name)
+    except (KeyError, ValueError):
+        raise OpError("unauthenticated", f"invalid username: {name!r}") from None
+    try:
+        groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
+    except OSError:
+        groups = (entry.pw_gid,)
+    return User(entry.pw_name, entry.pw_uid, entry.pw_gid, groups, entry.pw_dir or "/")
+
+
+def resolve_path(path: str, user: User, default_workdir: str | None) -> str:
+    """Applies the envd path rules and returns an absolute, normalised path.
+
+    Empty → ``default_workdir`` or home; ``~``/``~/x`` → home; relative → home/relative;
+    absolute → as is. NUL bytes and paths over :data:`MAX_PATH` bytes are
+    ``invalid_argument``. Symlinks are not resolved here: the kernel resolves them as the user.
+    """
+    if "\x00" in path:
+        raise OpError("invalid_argument", "path contains a NUL byte")
+    if len(path.encode("utf-8", "surrogateescape")) > MAX_PATH:
+        raise OpError("invalid_argument", f"path is longer than {MAX_PATH} bytes")
+    if not path:
+        path = default_workdir or user.home
+    elif path == "~":
+        path = user.home
+    elif path.startswith("~/"):
+        path = os.path.join(user.home, path[2:])
+    elif not path.startswith("/"):
+        path = os.path.join(user.home, path)
+    normal = os.path.normpath(path)
+    return "/" + normal.lstrip("/") if normal.startswith("//") else normal

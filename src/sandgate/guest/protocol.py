@@ -1,0 +1,123 @@
+"""The compact protocol between the gateway and the guest daemon (stdlib only).
+
+Trust: the gateway trusts nothing the guest says beyond "this is what happened inside the
+sandbox". The guest trusts the gateway completely: whoever can open ``guest.sock`` is the
+gateway (the socket lives in a host directory that only the gateway and the sandbox can
+reach). Every public protocol (E2B Connect-RPC, REST, code interpreter) is served by the
+gateway and translated into this one.
+
+Transport: a Unix stream socket, ``/run/sandgate/guest.sock`` inside the sandbox. One
+connection carries exactly one request; long operations (a process stream, a file read, a
+watch, a port tunnel) keep the connection for their whole life, and closing the connection
+cancels the *stream*, never the work (a process keeps running when its watcher leaves).
+
+Framing: every message is a frame ``kind:u8 | length:u32 big-endian | payload``.
+
+=====  =========  ==================================================================
+kind   name       payload
+=====  =========  ==================================================================
+0      JSON       one UTF-8 JSON object (requests, replies, events)
+1      STDOUT     raw bytes a process wrote to stdout
+2      STDERR     raw bytes a process wrote to stderr
+3      PTY        raw bytes a PTY process wrote
+4      DATA       raw bytes of a file (read or write) or of stdin
+5      EOF        empty: the sender has no more DATA
+=====  =========  ==================================================================
+
+The first frame on a connection is the request, a JSON frame with ``op``. Replies:
+
+* unary operations answer one JSON frame, ``{"ok": true, ...}`` or an error
+  ``{"ok": false, "code": "<connect code>", "message": "..."}`` where the code is one of
+  :data:`ERROR_CODES` (Connect-RPC names, mapped to HTTP/E2B at the gateway's edge);
+* ``spawn``/``connect`` stream ``{"ev": "start", "pid": N}``, output frames (kinds 1-3),
+  and exactly one ``{"ev": "end", ...}`` before the guest closes the connection. A failure
+  before the start is ``{"ok": false, ...}``;
+* ``read_file`` answers ``{"ok": true, "size": N, "name": ..., "offset": O, "length": L}``
+  (``size`` is the file's size, ``length`` the number of bytes that follow) then DATA frames
+  then EOF;
+* ``list_dir`` answers one or more ``{"ok": true, "entries": [...], "more": bool}`` frames
+  (a large listing is split so that no frame exceeds :data:`MAX_FRAME`); the last has
+  ``"more": false``;
+* ``watch`` answers ``{"ok": true}`` once its watches are in place, then ``{"ev": "fs", ...}``
+  frames until either side closes;
+* ``write_file``: the client sends the request, then DATA frames, then EOF; the guest
+  answers once with the entry it wrote;
+* ``tunnel`` answers ``{"ok": true}`` and then both sides exchange raw bytes (no framing).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any, Final
+
+__all__ = [
+    "ERROR_CODES",
+    "FILE_CHUNK",
+    "FRAME_HEADER",
+    "MAX_FRAME",
+    "MAX_REQUEST",
+    "OUTPUT_CHUNK",
+    "PROTOCOL_VERSION",
+    "PTY_CHUNK",
+    "Kind",
+    "decode_json",
+    "encode_frame",
+    "encode_json",
+]
+
+PROTOCOL_VERSION: Final = 1
+FRAME_HEADER: Final = struct.Struct(">BI")
+#: Largest frame either side accepts; bigger payloads are split by the sender.
+MAX_FRAME: Final = 4 * 1024 * 1024
+#: Largest first (request) frame the guest accepts; requests carry paths and small maps only.
+MAX_REQUEST: Final = 1024 * 1024
+#: Largest STDOUT/STDERR frame payload the guest sends.
+OUTPUT_CHUNK: Final = 32 * 1024
+#: Largest PTY frame payload the guest sends.
+PTY_CHUNK: Final = 16 * 1024
+#: Largest DATA frame payload the guest sends for a file read (the client may send up to MAX_FRAME).
+FILE_CHUNK: Final = 1024 * 1024
+
+ERROR_CODES: Final = frozenset(
+    {
+        "invalid_argument",
+        "not_found",
+        "already_exists",
+        "permission_denied",
+        "unauthenticated",
+        "resource_exhausted",
+        "failed_precondition",
+        "deadline_exceeded",
+        "unavailable",
+        "internal",
+        "unimplemented",
+    }
+)
+
+
+class Kind:
+    """Frame kinds; plain ints so the stdlib-only guest needs no enum machinery on hot paths."""
+
+    JSON: Final = 0
+    STDOUT: Final = 1
+    STDERR: Final = 2
+    PTY: Final = 3
+    DATA: Final = 4
+    EOF: Final = 5
+
+
+def encode_frame(kind: int, payload: bytes = b"") -> bytes:
+    """Returns one frame; the caller splits payloads larger than :data:`MAX_FRAME`."""
+    return FRAME_HEADER.pack(kind, len(payload)) + payload
+
+
+def encode_json(message: dict[str, Any]) -> bytes:
+    return encode_frame(Kind.JSON, json.dumps(message, separators=(",", ":")).encode())
+
+
+def decode_json(payload: bytes) -> dict[str, Any]:
+    value = json.loads(payload)
+    if not isinstance(value, dict):
+        raise ValueError("a JSON frame must hold an object")
+    return value

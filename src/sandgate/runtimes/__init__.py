@@ -1,0 +1,17 @@
+"""Sandbox backends behind one protocol."""
+
+from sandgate.runtimes.base import (
+    GUEST_DIR_IN_SANDBOX,
+    Runtime,
+    RuntimeSandbox,
+    RuntimeState,
+    SandboxSpec,
+)
+
+__all__ = [
+    "GUEST_DIR_IN_SANDBOX",
+    "Runtime",
+    "RuntimeSandbox",
+    "RuntimeState",
+    "SandboxSpec",
+]

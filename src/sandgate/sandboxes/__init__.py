@@ -1,0 +1,6 @@
+"""Sandbox lifecycle, reaper, reattach and data-plane routing."""
+
+from sandgate.sandboxes.service import CreateRequest, Route, SandboxService
+from sandgate.sandboxes.state import SandboxState, check_transition
+
+__all__ = ["CreateRequest", "Route", "SandboxService", "SandboxState", "check_transition"]

@@ -1,0 +1,47 @@
+"""Which templates sandboxes can be created from: built images recorded in the store."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Protocol
+
+from sandgate.store import Store, Template
+
+#: The envd version reported to SDKs; they gate features on it (e2b-protocol.md §3.9).
+ENVD_VERSION = "0.6.4"
+
+
+class BuiltImage(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def image_ref(self) -> str: ...
+    @property
+    def image_id(self) -> str: ...
+    @property
+    def digest(self) -> str: ...
+
+
+def template_id(name: str) -> str:
+    """A stable, E2B-shaped id for a template name ([a-z0-9], 20 characters)."""
+    return hashlib.sha256(name.encode()).hexdigest()[:20]
+
+
+def register(store: Store, built: BuiltImage, *, cpu_count: int = 1, memory_mb: int = 512) -> None:
+    now = datetime.now(UTC)
+    store.upsert_template(
+        Template(
+            id=template_id(built.name),
+            name=built.name,
+            image_ref=built.image_ref,
+            image_id=built.image_id,
+            digest=built.digest,
+            envd_version=ENVD_VERSION,
+            cpu_count=cpu_count,
+            memory_mb=memory_mb,
+            public=True,
+            created_at=now,
+            updated_at=now,
+        )
+    )

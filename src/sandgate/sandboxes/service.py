@@ -1,0 +1,436 @@
+"""Sandbox lifecycle: create, connect, list, time out, kill, and find them again after a crash.
+
+The store is the source of truth for what exists and who owns it; the runtime is asked only
+to start, stop and enumerate. Every public method checks ownership: a team sees and touches
+only its own sandboxes, and a sandbox that belongs to another team is reported exactly like
+one that does not exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import shutil
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from sandgate.access import Principal, new_access_token
+from sandgate.config import Config
+from sandgate.errors import (
+    InvalidRequest,
+    LimitExceeded,
+    QuotaExceeded,
+    SandboxNotFound,
+    SandboxUnavailable,
+    SandgateError,
+    TemplateNotFound,
+)
+from sandgate.guest.client import GuestClient, GuestError, GuestUnavailable
+from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec
+from sandgate.sandboxes.state import SandboxState, check_transition
+from sandgate.store import LIVE_STATES, Sandbox, SandboxPage, Store
+
+__all__ = ["CreateRequest", "Route", "SandboxService"]
+
+log = structlog.get_logger("sandgate.sandboxes")
+
+_ID_ALPHABET = string.ascii_lowercase + string.digits
+#: 25 characters of [a-z0-9] is 129 bits: ids cannot be guessed (AUTH-04), and they are
+#: never credentials anyway.
+_ID_LENGTH = 25
+_READY_TIMEOUT_S = 30.0
+_REAP_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    template: str
+    timeout_s: int | None
+    metadata: dict[str, str]
+    envs: dict[str, str]
+    cpu_count: int | None = None
+    memory_mb: int | None = None
+    allow_internet_access: bool = False
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where data-plane traffic for one sandbox goes, and the token it must carry."""
+
+    sandbox_id: str
+    access_token: str
+    guest: GuestClient
+
+
+class SandboxService:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        runtime: Runtime,
+        *,
+        instance_id: str,
+        guest_zipapp: Path,
+    ) -> None:
+        self._config = config
+        self._limits = config.limits
+        self._store = store
+        self._runtime = runtime
+        self._instance_id = instance_id
+        self._guest_zipapp = guest_zipapp
+        self._root = config.home_dir / "sandboxes"
+        self._routes: dict[str, Route] = {}
+        self._admission = asyncio.Lock()
+        self._reaper: asyncio.Task[None] | None = None
+
+    @property
+    def runtime(self) -> Runtime:
+        return self._runtime
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def create(self, principal: Principal, request: CreateRequest) -> Sandbox:
+        """Starts a sandbox and returns its row once the guest answers.
+
+        Raises ``TemplateNotFound``, ``LimitExceeded`` (a value beyond a configured cap),
+        ``QuotaExceeded`` (too many sandboxes), ``RuntimeUnavailable``. On any failure nothing
+        is left behind: no row, no container, no directory.
+        """
+        timeout_s = self._check_timeout(request.timeout_s)
+        cpu = self._check_range(
+            "cpuCount",
+            request.cpu_count,
+            self._limits.default_cpu_count,
+            1,
+            self._limits.max_cpu_count,
+            "limits.max_cpu_count",
+        )
+        memory = self._check_range(
+            "memoryMB",
+            request.memory_mb,
+            self._limits.default_memory_mb,
+            64,
+            self._limits.max_memory_mb,
+            "limits.max_memory_mb",
+        )
+        template = self._store.template_by_name_or_id(request.template)
+        if template is None:
+            raise TemplateNotFound(
+                f"template '{request.template}' not found: build it with "
+                f"`sandgate templates build {request.template}` (see `sandgate templates list`)"
+            )
+        now = datetime.now(UTC)
+        row = Sandbox(
+            id=_new_id(),
+            team_id=principal.team_id,
+            api_key_id=principal.api_key_id,
+            template_id=template.id,
+            alias=template.name,
+            state=SandboxState.STARTING.value,
+            runtime=self._runtime.name,
+            runtime_ref=None,
+            access_token=new_access_token(),
+            metadata_=dict(request.metadata),
+            cpu_count=cpu,
+            memory_mb=memory,
+            disk_size_mb=self._limits.disk_size_mb,
+            envd_version=template.envd_version,
+            allow_internet_access=request.allow_internet_access,
+            started_at=now,
+            end_at=now + timedelta(seconds=timeout_s),
+            ended_at=None,
+        )
+        async with self._admission:
+            self._check_quotas(principal.team_id)
+            self._store.add_sandbox(row)
+        try:
+            host_dir = self._prepare_host_dir(row.id, request.envs)
+            spec = SandboxSpec(
+                sandbox_id=row.id,
+                image_ref=template.image_ref,
+                host_dir=host_dir,
+                cpu_count=cpu,
+                memory_mb=memory,
+                disk_size_mb=self._limits.disk_size_mb,
+                pids_limit=self._limits.pids_limit,
+                tmp_size_mb=self._limits.tmp_size_mb,
+                nofile=self._limits.nofile,
+                labels={"sandgate.team": principal.team_id},
+            )
+            ref = await self._runtime.create(spec)
+            await self._wait_ready(row.id)
+        except BaseException:
+            await self._discard(row.id)
+            raise
+        started = self._store.update_sandbox(
+            row.id, state=SandboxState.RUNNING.value, runtime_ref=ref
+        )
+        if started is None:
+            raise _not_found(row.id)
+        self._routes[row.id] = Route(row.id, row.access_token, self._guest(row.id))
+        log.info("sandbox.created", sandbox=row.id, template=template.name, team=row.team_id)
+        return started
+
+    async def connect(
+        self, principal: Principal, sandbox_id: str, timeout_s: int | None
+    ) -> tuple[Sandbox, bool]:
+        """Returns the sandbox and whether it had to be resumed. A running sandbox's deadline
+        is only ever extended here, never shortened."""
+        row = self.get(principal, sandbox_id)
+        timeout = self._check_timeout(timeout_s)
+        new_end = max(row.end_at, datetime.now(UTC) + timedelta(seconds=timeout))
+        updated = self._store.update_sandbox(row.id, end_at=new_end)
+        if updated is None:
+            raise _not_found(sandbox_id)
+        return updated, False
+
+    def get(self, principal: Principal, sandbox_id: str) -> Sandbox:
+        row = self._store.sandbox(sandbox_id)
+        if row is None or row.team_id != principal.team_id or row.state not in LIVE_STATES:
+            raise _not_found(sandbox_id)
+        return row
+
+    def list_sandboxes(
+        self,
+        principal: Principal,
+        *,
+        states: list[str],
+        metadata: dict[str, str],
+        limit: int,
+        next_token: str | None,
+    ) -> SandboxPage:
+        after = _parse_token(next_token) if next_token else None
+        return self._store.list_sandboxes(principal.team_id, states, metadata, limit, after)
+
+    def set_timeout(self, principal: Principal, sandbox_id: str, timeout_s: int) -> None:
+        """Sets ``end_at = now + timeout``, which may shorten the sandbox's life."""
+        row = self.get(principal, sandbox_id)
+        timeout = self._check_timeout(timeout_s)
+        self._store.update_sandbox(row.id, end_at=datetime.now(UTC) + timedelta(seconds=timeout))
+
+    async def kill(self, principal: Principal, sandbox_id: str) -> None:
+        """Kills an owned, live sandbox; raises ``SandboxNotFound`` otherwise."""
+        row = self.get(principal, sandbox_id)
+        await self._terminate(row.id, reason="killed")
+
+    async def kill_any(self, sandbox_id: str) -> bool:
+        """Administrative kill (CLI, reaper): no ownership check. Returns whether it existed."""
+        row = self._store.sandbox(sandbox_id)
+        if row is None or row.state not in LIVE_STATES:
+            return False
+        await self._terminate(sandbox_id, reason="killed by operator")
+        return True
+
+    # -- data plane -----------------------------------------------------------------------
+
+    def route(self, sandbox_id: str) -> Route | None:
+        """The data-plane route of a live sandbox, or None (reported as 502 by the caller)."""
+        route = self._routes.get(sandbox_id)
+        if route is not None:
+            return route
+        row = self._store.sandbox(sandbox_id)
+        if row is None or row.state != SandboxState.RUNNING.value:
+            return None
+        route = Route(row.id, row.access_token, self._guest(row.id))
+        self._routes[row.id] = route
+        return route
+
+    def route_by_signature(self, match: Any) -> Route | None:
+        """The route whose access token satisfies ``match(token)``; used by signed URLs
+        that carry no routing information."""
+        for route in list(self._routes.values()):
+            if match(route.access_token):
+                return route
+        return None
+
+    # -- background work ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Reattaches to sandboxes that survived a gateway restart, then starts the reaper."""
+        await self.reattach()
+        self._reaper = asyncio.create_task(self._reap_forever(), name="sandbox-reaper")
+
+    async def stop(self) -> None:
+        """Stops background work. Sandboxes keep running; the next start reattaches them."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+
+    async def reattach(self) -> None:
+        """Adopts the runtime's sandboxes that are still wanted; removes the rest."""
+        now = datetime.now(UTC)
+        seen: set[str] = set()
+        for found in await self._runtime.list():
+            seen.add(found.sandbox_id)
+            row = self._store.sandbox(found.sandbox_id)
+            wanted = (
+                row is not None
+                and row.state in LIVE_STATES
+                and row.end_at > now
+                and found.state is RuntimeState.RUNNING
+            )
+            if wanted and await self._guest_alive(found.sandbox_id):
+                self._store.update_sandbox(found.sandbox_id, state=SandboxState.RUNNING.value)
+                log.info("sandbox.reattached", sandbox=found.sandbox_id)
+                continue
+            await self._terminate(found.sandbox_id, reason="expired or lost during restart")
+        for row in self._store.live_sandboxes():
+            if row.id not in seen:
+                await self._terminate(row.id, reason="its runtime sandbox is gone")
+        if self._root.is_dir():
+            for leftover in self._root.iterdir():
+                live = self._store.sandbox(leftover.name)
+                if live is None or live.state not in LIVE_STATES:
+                    shutil.rmtree(leftover, ignore_errors=True)
+
+    async def reap_expired(self) -> list[str]:
+        """Kills every sandbox whose deadline has passed; returns their ids."""
+        reaped = []
+        for row in self._store.expired_sandboxes(datetime.now(UTC)):
+            await self._terminate(row.id, reason="timeout")
+            reaped.append(row.id)
+        return reaped
+
+    async def _reap_forever(self) -> None:
+        while True:
+            try:
+                await self.reap_expired()
+            except SandgateError as exc:
+                log.warning("reaper.failed", error=exc.message)
+            await asyncio.sleep(_REAP_INTERVAL_S)
+
+    # -- helpers --------------------------------------------------------------------------
+
+    async def _terminate(self, sandbox_id: str, *, reason: str) -> None:
+        self._routes.pop(sandbox_id, None)
+        row = self._store.sandbox(sandbox_id)
+        if row is not None and row.state in LIVE_STATES:
+            check_transition(sandbox_id, SandboxState(row.state), SandboxState.KILLED)
+        await self._runtime.kill(sandbox_id)
+        shutil.rmtree(self._root / sandbox_id, ignore_errors=True)
+        if row is not None:
+            self._store.update_sandbox(
+                sandbox_id, state=SandboxState.KILLED.value, ended_at=datetime.now(UTC)
+            )
+        log.info("sandbox.killed", sandbox=sandbox_id, reason=reason)
+
+    async def _discard(self, sandbox_id: str) -> None:
+        """Undoes a failed create completely (the sandbox never existed)."""
+        self._routes.pop(sandbox_id, None)
+        with contextlib.suppress(SandgateError):
+            await self._runtime.kill(sandbox_id)
+        shutil.rmtree(self._root / sandbox_id, ignore_errors=True)
+        self._store.delete_sandbox(sandbox_id)
+
+    def _prepare_host_dir(self, sandbox_id: str, envs: Mapping[str, str]) -> Path:
+        host_dir = self._root / sandbox_id
+        host_dir.mkdir(parents=True, mode=0o755)
+        # SECURITY: a copy, not a link: the sandbox's root may write to this directory, and
+        # must not be able to alter the guest code other sandboxes run.
+        shutil.copyfile(self._guest_zipapp, host_dir / "guest.pyz")
+        guest_config = {"envs": dict(envs), "default_user": "user", "default_workdir": None}
+        (host_dir / "guest.json").write_text(json.dumps(guest_config))
+        return host_dir
+
+    def _guest(self, sandbox_id: str) -> GuestClient:
+        return GuestClient(self._root / sandbox_id / "guest.sock")
+
+    async def _wait_ready(self, sandbox_id: str) -> None:
+        """Polls the guest until it answers; the socket appears atomically when it is ready."""
+        guest = self._guest(sandbox_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _READY_TIMEOUT_S
+        delay = 0.002
+        while True:
+            try:
+                await guest.ping()
+                return
+            except (GuestUnavailable, GuestError):
+                if loop.time() > deadline:
+                    raise SandboxUnavailable(
+                        f"sandbox {sandbox_id} did not become ready in {_READY_TIMEOUT_S:.0f}s; "
+                        "see `sandgate doctor`"
+                    ) from None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    async def _guest_alive(self, sandbox_id: str) -> bool:
+        try:
+            await self._guest(sandbox_id).ping()
+        except (GuestUnavailable, GuestError):
+            return False
+        return True
+
+    def _check_timeout(self, timeout_s: int | None) -> int:
+        return self._check_range(
+            "timeout",
+            timeout_s,
+            self._limits.default_timeout_s,
+            1,
+            self._limits.max_timeout_s,
+            "limits.max_timeout_s",
+        )
+
+    @staticmethod
+    def _check_range(
+        field: str, value: int | None, default: int, low: int, high: int, setting: str
+    ) -> int:
+        if value is None:
+            return default
+        if not low <= value <= high:
+            raise LimitExceeded(
+                f"{field} must be between {low} and {high} ({setting}); got {value}"
+            )
+        return value
+
+    def _check_quotas(self, team_id: str) -> None:
+        team_live = self._store.count_live(team_id)
+        if team_live >= self._limits.max_sandboxes_per_team:
+            raise QuotaExceeded(
+                f"your team already has {team_live} sandboxes; the limit is "
+                f"{self._limits.max_sandboxes_per_team} (limits.max_sandboxes_per_team). "
+                "Kill one or raise the limit"
+            )
+        total = self._store.count_live()
+        if total >= self._limits.max_sandboxes_total:
+            raise QuotaExceeded(
+                f"this server already runs {total} sandboxes; the limit is "
+                f"{self._limits.max_sandboxes_total} (limits.max_sandboxes_total)"
+            )
+
+
+def _new_id() -> str:
+    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(_ID_LENGTH))
+
+
+def _not_found(sandbox_id: str) -> SandboxNotFound:
+    return SandboxNotFound(f"sandbox '{sandbox_id}' not found (it may have been killed or expired)")
+
+
+def _parse_token(token: str) -> tuple[datetime, str]:
+    try:
+        started, last_id = token.split("|", 1)
+        return datetime.fromisoformat(started), last_id
+    except ValueError:
+        raise InvalidRequest("invalid nextToken: pass back the x-next-token header value") from None
+
+
+def sandbox_dict(row: Sandbox) -> dict[str, Any]:
+    """Debug view of a row (CLI)."""
+    return {
+        "id": row.id,
+        "template": row.alias,
+        "state": row.state,
+        "started_at": row.started_at.isoformat(),
+        "end_at": row.end_at.isoformat(),
+        "metadata": row.metadata_,
+    }

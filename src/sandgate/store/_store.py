@@ -1,0 +1,225 @@
+"""The store: every durable fact about teams, keys, templates and sandboxes.
+
+Services call these methods; none of them sees SQLAlchemy. SQLite runs in WAL mode with a
+busy timeout so the reaper and request handlers never trip over each other; PostgreSQL is used
+as is. Migrations (Alembic) run on open, so a new version upgrades the schema in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from sandgate.errors import RuntimeUnavailable
+from sandgate.store.models import ApiKey, Sandbox, Team, Template
+
+_MIGRATIONS = Path(__file__).with_name("migrations")
+
+#: Sandbox states that occupy resources and count against quotas.
+LIVE_STATES = ("starting", "running", "paused")
+
+
+@dataclass(frozen=True)
+class SandboxPage:
+    sandboxes: list[Sandbox]
+    next_token: str | None
+
+
+class Store:
+    """Synchronous, thread-safe facade over the database. Open with :meth:`open`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str) -> Store:
+        """Connects, applies migrations and returns the store."""
+        engine = _create_engine(url)
+        store = cls(engine)
+        store.migrate()
+        return store
+
+    def migrate(self) -> None:
+        cfg = AlembicConfig()
+        cfg.set_main_option("script_location", str(_MIGRATIONS))
+        try:
+            with self.engine.begin() as connection:
+                cfg.attributes["connection"] = connection
+                command.upgrade(cfg, "head")
+        except OperationalError as exc:
+            raise RuntimeUnavailable(
+                f"cannot open the database ({exc.orig}); check store.url"
+            ) from None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with self._sessions.begin() as session:
+            yield session
+
+    # -- teams and keys -------------------------------------------------------------------
+
+    def get_or_create_team(self, name: str, team_id: str, now: datetime) -> Team:
+        with self.session() as s:
+            team = s.scalar(select(Team).where(Team.name == name))
+            if team is None:
+                team = Team(id=team_id, name=name, created_at=now)
+                s.add(team)
+            return team
+
+    def add_api_key(self, key: ApiKey) -> None:
+        with self.session() as s:
+            s.add(key)
+
+    def api_key_by_hash(self, key_hash: str) -> ApiKey | None:
+        with self.session() as s:
+            return s.scalar(select(ApiKey).where(ApiKey.key_hash == key_hash))
+
+    def list_api_keys(self) -> Sequence[ApiKey]:
+        with self.session() as s:
+            return s.scalars(select(ApiKey).order_by(ApiKey.created_at)).all()
+
+    def revoke_api_key(self, key_id: str, now: datetime) -> bool:
+        with self.session() as s:
+            key = s.get(ApiKey, key_id)
+            if key is None:
+                return False
+            if key.revoked_at is None:
+                key.revoked_at = now
+            return True
+
+    def team(self, team_id: str) -> Team | None:
+        with self.session() as s:
+            return s.get(Team, team_id)
+
+    # -- templates ------------------------------------------------------------------------
+
+    def upsert_template(self, template: Template) -> Template:
+        with self.session() as s:
+            existing = s.scalar(select(Template).where(Template.name == template.name))
+            if existing is None:
+                s.add(template)
+                return template
+            for column in ("image_ref", "image_id", "digest", "envd_version", "updated_at"):
+                setattr(existing, column, getattr(template, column))
+            return existing
+
+    def template_by_name_or_id(self, ref: str) -> Template | None:
+        with self.session() as s:
+            return s.scalar(select(Template).where((Template.name == ref) | (Template.id == ref)))
+
+    def list_templates(self) -> Sequence[Template]:
+        with self.session() as s:
+            return s.scalars(select(Template).order_by(Template.name)).all()
+
+    # -- sandboxes ------------------------------------------------------------------------
+
+    def add_sandbox(self, sandbox: Sandbox) -> None:
+        with self.session() as s:
+            s.add(sandbox)
+
+    def sandbox(self, sandbox_id: str) -> Sandbox | None:
+        with self.session() as s:
+            return s.get(Sandbox, sandbox_id)
+
+    def update_sandbox(self, sandbox_id: str, **values: Any) -> Sandbox | None:
+        with self.session() as s:
+            row = s.get(Sandbox, sandbox_id)
+            if row is None:
+                return None
+            for name, value in values.items():
+                setattr(row, name, value)
+            return row
+
+    def delete_sandbox(self, sandbox_id: str) -> None:
+        with self.session() as s:
+            row = s.get(Sandbox, sandbox_id)
+            if row is not None:
+                s.delete(row)
+
+    def count_live(self, team_id: str | None = None) -> int:
+        with self.session() as s:
+            query = select(func.count()).select_from(Sandbox).where(Sandbox.state.in_(LIVE_STATES))
+            if team_id is not None:
+                query = query.where(Sandbox.team_id == team_id)
+            return int(s.scalar(query) or 0)
+
+    def live_sandboxes(self) -> Sequence[Sandbox]:
+        with self.session() as s:
+            return s.scalars(select(Sandbox).where(Sandbox.state.in_(LIVE_STATES))).all()
+
+    def expired_sandboxes(self, now: datetime) -> Sequence[Sandbox]:
+        with self.session() as s:
+            query = select(Sandbox).where(Sandbox.state.in_(LIVE_STATES), Sandbox.end_at <= now)
+            return s.scalars(query).all()
+
+    def list_sandboxes(
+        self,
+        team_id: str,
+        states: Sequence[str],
+        metadata: dict[str, str],
+        limit: int,
+        after: tuple[datetime, str] | None,
+    ) -> SandboxPage:
+        """Newest first; ``after`` is the (started_at, id) of the last row of the prior page.
+
+        Metadata is matched in Python: it is a JSON column and pages are small.
+        """
+        with self.session() as s:
+            query = (
+                select(Sandbox)
+                .where(Sandbox.team_id == team_id, Sandbox.state.in_(states))
+                .order_by(Sandbox.started_at.desc(), Sandbox.id.desc())
+            )
+            if after is not None:
+                started, last_id = after
+                query = query.where(
+                    (Sandbox.started_at < started)
+                    | ((Sandbox.started_at == started) & (Sandbox.id < last_id))
+                )
+            rows: list[Sandbox] = []
+            more = False
+            for row in s.scalars(query):
+                if any(row.metadata_.get(k) != v for k, v in metadata.items()):
+                    continue
+                if len(rows) == limit:
+                    more = True
+                    break
+                rows.append(row)
+        token = f"{rows[-1].started_at.isoformat()}|{rows[-1].id}" if more and rows else None
+        return SandboxPage(rows, token)
+
+
+def _create_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    return create_engine(url, pool_pre_ping=True)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()

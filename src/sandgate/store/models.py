@@ -1,0 +1,95 @@
+"""Tables. Times are timezone-aware UTC; ids are random strings chosen by the services."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores UTC and always hands back aware datetimes (SQLite forgets the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, datetime) and value.tzinfo is None:
+            from datetime import UTC
+
+            return value.replace(tzinfo=UTC)
+        return value  # type: ignore[no-any-return]
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, datetime: UTCDateTime}
+
+
+class Team(Base):
+    __tablename__ = "teams"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime]
+
+
+class ApiKey(Base):
+    """An API key; only its SHA-256 is kept, plus a short prefix to recognise it by."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"))
+    name: Mapped[str] = mapped_column(String(200))
+    prefix: Mapped[str] = mapped_column(String(16))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+    last_used_at: Mapped[datetime | None]
+
+
+class Template(Base):
+    __tablename__ = "templates"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    image_ref: Mapped[str] = mapped_column(String(500))
+    image_id: Mapped[str] = mapped_column(String(200))
+    digest: Mapped[str] = mapped_column(String(128))
+    envd_version: Mapped[str] = mapped_column(String(32))
+    cpu_count: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    public: Mapped[bool]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class Sandbox(Base):
+    """One sandbox. ``runtime_ref`` names the runtime's handle (a container id)."""
+
+    __tablename__ = "sandboxes"
+    __table_args__ = (Index("ix_sandboxes_team_state", "team_id", "state"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"))
+    api_key_id: Mapped[str | None] = mapped_column(String(64))
+    template_id: Mapped[str] = mapped_column(String(64))
+    alias: Mapped[str | None] = mapped_column(String(200))
+    state: Mapped[str] = mapped_column(String(16))
+    runtime: Mapped[str] = mapped_column(String(32))
+    runtime_ref: Mapped[str | None] = mapped_column(String(200))
+    access_token: Mapped[str] = mapped_column(String(128))
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
+    cpu_count: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    disk_size_mb: Mapped[int] = mapped_column(Integer)
+    envd_version: Mapped[str] = mapped_column(String(32))
+    allow_internet_access: Mapped[bool]
+    started_at: Mapped[datetime]
+    end_at: Mapped[datetime]
+    ended_at: Mapped[datetime | None]

@@ -1,0 +1,29 @@
+"""Shipped templates and how they are built.
+
+``TemplateBuilder(docker.from_env()).build("base")`` produces
+``sandgate/template-base:latest``: Debian bookworm with user ``user`` (1000:1000), bash,
+python3, git, curl, procps, sudo and ca-certificates, from either ``debian:bookworm-slim``
+or an offline debootstrap (``Source``). Builds are idempotent: an image whose content
+digest matches is reused.
+"""
+
+from ._builder import BuiltTemplate, TemplateBuilder, TemplateState
+from ._progress import BuildStep, ProgressCallback, ignore_progress
+from ._rootfs import DEFAULT_MIRROR
+from ._sources import Source
+from ._spec import SHIPPED_TEMPLATES, TemplateSpec
+from .errors import TemplateBuildError
+
+__all__ = [
+    "DEFAULT_MIRROR",
+    "SHIPPED_TEMPLATES",
+    "BuildStep",
+    "BuiltTemplate",
+    "ProgressCallback",
+    "Source",
+    "TemplateBuildError",
+    "TemplateBuilder",
+    "TemplateSpec",
+    "TemplateState",
+    "ignore_progress",
+]

@@ -1,0 +1,1 @@
+"""Suite-wide fixtures. Organised as a ladder: server → sandbox → running command."""

@@ -1,0 +1,59 @@
+from pathlib import Path
+
+import pytest
+
+from sandgate.config import load_config
+from sandgate.errors import ConfigError
+
+
+def test_defaults_without_file() -> None:
+    config = load_config(None, environ={})
+    assert config.server.port == 7788
+    assert config.store_url.endswith("/.sandgate/sandgate.db") or "sandgate.db" in config.store_url
+    assert config.runtime.kind == "auto"
+
+
+def test_yaml_file_and_env_override(tmp_path: Path) -> None:
+    path = tmp_path / "sandgate.yaml"
+    path.write_text("server:\n  port: 9000\nlimits:\n  max_sandboxes_per_team: 3\n")
+    config = load_config(
+        path, environ={"SANDGATE_SERVER__PORT": "9100", "SANDGATE_HOME": str(tmp_path)}
+    )
+    assert config.server.port == 9100
+    assert config.limits.max_sandboxes_per_team == 3
+    assert config.home_dir == tmp_path
+
+
+def test_json5_file(tmp_path: Path) -> None:
+    path = tmp_path / "sandgate.json5"
+    path.write_text("{server: {port: 8001,}, // comment\n}")
+    assert load_config(path, environ={}).server.port == 8001
+
+
+def test_unknown_key_names_its_path(tmp_path: Path) -> None:
+    path = tmp_path / "sandgate.yaml"
+    path.write_text("server:\n  prot: 1\n")
+    with pytest.raises(ConfigError, match=r"server\.prot"):
+        load_config(path, environ={})
+
+
+def test_bad_value_names_its_path(tmp_path: Path) -> None:
+    path = tmp_path / "sandgate.yaml"
+    path.write_text("limits:\n  pids_limit: -5\n")
+    with pytest.raises(ConfigError, match=r"limits\.pids_limit"):
+        load_config(path, environ={})
+
+
+def test_bad_env_value_names_its_path() -> None:
+    with pytest.raises(ConfigError, match=r"runtime\.kind"):
+        load_config(None, environ={"SANDGATE_RUNTIME": "lxc"})
+
+
+def test_e2b_domain_is_refused() -> None:
+    with pytest.raises(ConfigError, match="E2B domain"):
+        load_config(None, environ={"SANDGATE_SERVER__DOMAIN": "e2b.app"})
+
+
+def test_unreadable_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "missing.yaml", environ={})

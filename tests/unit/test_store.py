@@ -1,0 +1,102 @@
+"""The store against SQLite and against the real PostgreSQL the test command starts."""
+
+import os
+import secrets
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from sandgate.access import authenticate_api_key, create_api_key
+from sandgate.errors import Unauthenticated
+from sandgate.store import Sandbox, Store
+
+
+def _postgres_url() -> str:
+    url = os.environ.get("SANDGATE_TEST_POSTGRES_URL")
+    if not url:
+        pytest.fail("SANDGATE_TEST_POSTGRES_URL is not set: run the suite with scripts/test")
+    return url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "sqlite":
+        opened = Store.open(f"sqlite:///{tmp_path / 'store.db'}")
+        yield opened
+        opened.close()
+        return
+    base = _postgres_url()
+    name = "sg_test_" + secrets.token_hex(4)
+    admin = create_engine(base.replace("postgresql://", "postgresql+psycopg://"),
+                          isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    opened = Store.open(base.rsplit("/", 1)[0] + "/" + name)
+    yield opened
+    opened.close()
+    with admin.connect() as conn:
+        conn.execute(text(f"DROP DATABASE {name}"))
+    admin.dispose()
+
+
+def _sandbox(team_id: str, sandbox_id: str, started: datetime, **extra: object) -> Sandbox:
+    values: dict[str, object] = dict(
+        id=sandbox_id, team_id=team_id, api_key_id=None, template_id="t", alias="base",
+        state="running", runtime="docker", runtime_ref=None, access_token="tok",
+        metadata_={}, cpu_count=1, memory_mb=512, disk_size_mb=1024, envd_version="0.6.4",
+        allow_internet_access=False, started_at=started,
+        end_at=started + timedelta(seconds=300), ended_at=None,
+    )
+    values.update(extra)
+    return Sandbox(**values)
+
+
+def test_migrations_are_idempotent(store: Store) -> None:
+    store.migrate()
+    store.migrate()
+    assert store.list_templates() == []
+
+
+def test_api_key_lifecycle(store: Store) -> None:
+    row, key = create_api_key(store, "acme", "ci")
+    assert key.startswith("e2b_") and len(key) == 44
+    assert int(key[4:], 16) >= 0
+    principal = authenticate_api_key(store, key)
+    assert principal.team_id == row.team_id
+    assert store.revoke_api_key(row.id, datetime.now(UTC))
+    with pytest.raises(Unauthenticated):
+        authenticate_api_key(store, key)
+    with pytest.raises(Unauthenticated):
+        authenticate_api_key(store, key + " ")
+    assert all(k.key_hash != key for k in store.list_api_keys())
+
+
+def test_list_pages_newest_first_with_metadata_filter(store: Store) -> None:
+    team = store.get_or_create_team("t1", "team_t1", datetime.now(UTC))
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    for i in range(5):
+        store.add_sandbox(_sandbox(team.id, f"sbx{i}", base + timedelta(seconds=i),
+                                   metadata_={"suite": "a" if i % 2 == 0 else "b"}))
+    first = store.list_sandboxes(team.id, ["running"], {"suite": "a"}, 2, None)
+    assert [s.id for s in first.sandboxes] == ["sbx4", "sbx2"]
+    assert first.next_token is not None
+    started, last = first.next_token.split("|")
+    second = store.list_sandboxes(team.id, ["running"], {"suite": "a"}, 2,
+                                  (datetime.fromisoformat(started), last))
+    assert [s.id for s in second.sandboxes] == ["sbx0"]
+    assert second.next_token is None
+
+
+def test_counts_and_expiry(store: Store) -> None:
+    team = store.get_or_create_team("t2", "team_t2", datetime.now(UTC))
+    now = datetime.now(UTC)
+    store.add_sandbox(_sandbox(team.id, "old", now - timedelta(hours=1)))
+    store.add_sandbox(_sandbox(team.id, "new", now))
+    store.add_sandbox(_sandbox(team.id, "dead", now, state="killed"))
+    assert store.count_live(team.id) == 2
+    assert [s.id for s in store.expired_sandboxes(now)] == ["old"]
+    assert store.sandbox("new") is not None
+    assert store.sandbox("new").started_at.tzinfo is not None  # type: ignore[union-attr]
