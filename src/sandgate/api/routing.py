@@ -18,10 +18,12 @@ from __future__ import annotations
 import json
 import re
 from typing import Final
+from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sandgate.access import tokens_equal
+from sandgate.api.e2b.files import signature_matches
 from sandgate.sandboxes import Route, SandboxService
 
 __all__ = ["ENVD_PORT", "Router"]
@@ -58,14 +60,26 @@ class Router:
         envd: ASGIApp,
         service: SandboxService,
         *,
-        signed_files: ASGIApp | None = None,
         ports: ASGIApp | None = None,
     ) -> None:
         self._control = control
         self._envd = envd
         self._service = service
-        self._signed_files = signed_files
         self._ports = ports
+
+    async def _signed_files(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``/files`` with a signature and no routing: find the sandbox whose token signed it."""
+        query = {k: v for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"))}
+        operation = "write" if scope.get("method") == "POST" else "read"
+        route = self._service.route_by_signature(
+            lambda token: signature_matches(query, operation, token)
+        )
+        if route is None:
+            await _json(send, 401, {"code": 401, "message": _UNAUTHORIZED})
+            return
+        scope["sandgate.route"] = route
+        scope["sandgate.port"] = ENVD_PORT
+        await self._envd(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -74,11 +88,7 @@ class Router:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         target = _target(headers)
         if target is None:
-            if (
-                self._signed_files is not None
-                and scope["path"] == "/files"
-                and b"signature=" in scope.get("query_string", b"")
-            ):
+            if scope["path"] == "/files" and b"signature=" in scope.get("query_string", b""):
                 await self._signed_files(scope, receive, send)
                 return
             await self._control(scope, receive, send)

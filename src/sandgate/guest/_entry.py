@@ -46,9 +46,7 @@ def go_mode_string(mode: int) -> str:
     if mode & stat.S_ISVTX:
         flags.add("t")
     prefix = "".join(c for c in _GO_LETTERS if c in flags) or "-"
-    perms = "".join(
-        ch if mode & (1 << (8 - i)) else "-" for i, ch in enumerate("rwxrwxrwx")
-    )
+    perms = "".join(ch if mode & (1 << (8 - i)) else "-" for i, ch in enumerate("rwxrwxrwx"))
     return prefix + perms
 
 

@@ -10,6 +10,7 @@ limits), path confinement (absolute paths name the sandbox's own files, as in E2
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
@@ -154,7 +155,11 @@ def op_list_dir(sock: socket.socket, request: dict[str, Any], ctx: FileContext) 
     size = 0
     for entry in _walk(path, depth):
         batch.append(entry)
-        size += 300 + len(entry["path"]) * 2 + sum(len(k) + len(v) for k, v in entry["metadata"].items())
+        size += (
+            300
+            + len(entry["path"]) * 2
+            + sum(len(k) + len(v) for k, v in entry["metadata"].items())
+        )
         if len(batch) >= _LIST_BATCH or size > MAX_FRAME // 2:
             send_json(sock, {"ok": True, "entries": batch, "more": True})
             batch, size = [], 0
@@ -335,10 +340,8 @@ def op_write_file(sock: socket.socket, request: dict[str, Any], ctx: FileContext
     finally:
         os.close(fd)
         if not renamed:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(temp)
-            except OSError:
-                pass
     send_json(sock, {"ok": True, "entry": _entry(path)})
 
 

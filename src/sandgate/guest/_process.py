@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import fcntl
 import os
 import signal
@@ -83,11 +84,17 @@ class SpawnSpec:
         timeout_ms = request.get("timeout_ms") or 0
         if not isinstance(cmd, str) or not cmd or "\0" in cmd:
             raise OpError("invalid_argument", "cmd must be a non-empty string")
-        if not isinstance(args, list) or not all(isinstance(a, str) and "\0" not in a for a in args):
+        if not isinstance(args, list) or not all(
+            isinstance(a, str) and "\0" not in a for a in args
+        ):
             raise OpError("invalid_argument", "args must be a list of strings")
         if not isinstance(envs, dict) or not all(
-            isinstance(k, str) and k and "=" not in k and "\0" not in k
-            and isinstance(v, str) and "\0" not in v
+            isinstance(k, str)
+            and k
+            and "=" not in k
+            and "\0" not in k
+            and isinstance(v, str)
+            and "\0" not in v
             for k, v in envs.items()
         ):
             raise OpError("invalid_argument", "envs must map names (no '=' or NUL) to strings")
@@ -103,11 +110,15 @@ class SpawnSpec:
             if not isinstance(pty, dict):
                 raise OpError("invalid_argument", "pty must be an object")
             size = _size(pty.get("cols", 80), pty.get("rows", 24))
-        return cls(cmd, list(args), dict(envs), cwd, tag, bool(request.get("stdin")), size, timeout_ms)
+        return cls(
+            cmd, list(args), dict(envs), cwd, tag, bool(request.get("stdin")), size, timeout_ms
+        )
 
 
 def _size(cols: Any, rows: Any) -> tuple[int, int]:
-    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536 for v in (cols, rows)):
+    if not all(
+        isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536 for v in (cols, rows)
+    ):
         raise OpError("invalid_argument", "cols and rows must be integers in 1..65535")
     return cols, rows
 
@@ -150,6 +161,7 @@ class Process:
     paused: bool = False
     input_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     timer: asyncio.TimerHandle | None = None
+    relief: asyncio.Future[None] | None = None
 
     @property
     def is_pty(self) -> bool:
@@ -212,7 +224,7 @@ class ProcessTable:
     # ---- spawn
 
     def spawn(self, spec: SpawnSpec, user: User) -> Process:
-        """Starts ``spec`` as ``user``; raises :class:`OpError` before anything runs on bad input."""
+        """Starts ``spec`` as ``user``; raises :class:`OpError` (and runs nothing) on bad input."""
         if len(self.running) >= self._config.max_processes:
             raise OpError(
                 "resource_exhausted",
@@ -314,7 +326,7 @@ class ProcessTable:
             proc.paused = True
             for fd in proc.outputs:
                 self._loop.remove_reader(fd)
-            asyncio.ensure_future(self._relieve(proc, slow))
+            proc.relief = asyncio.ensure_future(self._relieve(proc, slow))
 
     async def _relieve(self, proc: Process, slow: list[asyncio.StreamWriter]) -> None:
         for writer in slow:
@@ -373,10 +385,8 @@ class ProcessTable:
 
     def _on_timeout(self, proc: Process) -> None:
         proc.timed_out = True
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
     def _finish(self, proc: Process) -> None:
         if proc.end is not None or proc.status is None:
@@ -432,9 +442,10 @@ class ProcessTable:
     async def _writable(self, proc: Process, fd: int) -> None:
         ready: asyncio.Future[None] = self._loop.create_future()
         self._loop.add_writer(fd, _resolve, ready)
-        ender = asyncio.ensure_future(proc.ended.wait())
+        ender: asyncio.Future[bool] = asyncio.ensure_future(proc.ended.wait())
+        waiting: set[asyncio.Future[Any]] = {ready, ender}
         try:
-            await asyncio.wait({ready, ender}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         finally:
             ender.cancel()
             if proc.stdin_fd == fd:
@@ -466,10 +477,8 @@ class ProcessTable:
 
     def kill_all(self) -> None:
         for proc in list(self.running.values()):
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -541,7 +550,7 @@ def _exec_child(
         if not real.startswith("/") or _is_proc(real):
             raise OSError(f"invalid_cwd: {cwd} resolves outside the sandbox")
         code = "invalid_argument"
-        os.execvpe(argv[0], argv, env)
+        os.execvpe(argv[0], argv, env)  # noqa: S606 - argv is the caller's command by design
     except BaseException as exc:
         if isinstance(exc, PermissionError) and code == "invalid_argument":
             message = f"{code}:cannot start {argv[0]!r} in {cwd}: {exc.strerror}"
@@ -549,9 +558,7 @@ def _exec_child(
             message = f"{code}:cannot start {argv[0]!r}: {exc.strerror}"
         else:
             message = f"{code}:cannot start {argv[0]!r}: {exc}"
-        try:
+        with contextlib.suppress(OSError):
             os.write(report_fd, message.encode("utf-8", "replace"))
-        except OSError:
-            pass
     finally:
         os._exit(127)

@@ -13,6 +13,7 @@ with exactly one fd attached.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -62,10 +63,8 @@ def _detach_from_daemon(keep: int) -> None:
         fds = list(range(3, 65536))
     for fd in fds:
         if fd > 2 and fd != keep:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
 
 
 def _drop_privileges(user: User) -> None:
@@ -107,10 +106,8 @@ def _serve(ctrl: socket.socket, ctx: FileContext) -> None:
 
 
 def _reply_and_close(conn: socket.socket, error: OpError) -> None:
-    try:
+    with contextlib.suppress(OSError):
         send_json(conn, error.to_json())
-    except OSError:
-        pass
     conn.close()
 
 
@@ -135,10 +132,8 @@ def _handle(
     except Exception as exc:
         # A bug, not the client's fault: log it once and tell the gateway.
         log("file_op_failed", op=op, error=repr(exc))
-        try:
+        with contextlib.suppress(OSError):
             send_json(conn, OpError("internal", f"{op} failed: {exc}").to_json())
-        except OSError:
-            pass
     finally:
         conn.close()
         slots.release()

@@ -179,7 +179,9 @@ class DockerRuntime:
                 Ulimit(name="nofile", soft=spec.nofile, hard=spec.nofile),
                 Ulimit(name="core", soft=0, hard=0),
             ],
-            "log_config": LogConfig(type="local", config={"max-size": "1m", "max-file": "1"}),
+            "log_config": LogConfig(
+                type="local", config={"max-size": "1m", "max-file": "1", "compress": "false"}
+            ),
             "oom_score_adj": 1000,
             "restart_policy": {"Name": "no"},
             "stop_signal": "SIGKILL",

@@ -15,7 +15,7 @@ import secrets
 import shutil
 import string
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,8 @@ class Route:
     sandbox_id: str
     access_token: str
     guest: GuestClient
+    #: Per-sandbox gateway state that lives as long as the route (e.g. polling watchers).
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 class SandboxService:
@@ -279,7 +281,13 @@ class SandboxService:
                 and found.state is RuntimeState.RUNNING
             )
             if wanted and await self._guest_alive(found.sandbox_id):
-                self._store.update_sandbox(found.sandbox_id, state=SandboxState.RUNNING.value)
+                adopted = self._store.update_sandbox(
+                    found.sandbox_id, state=SandboxState.RUNNING.value
+                )
+                if adopted is not None:
+                    self._routes[adopted.id] = Route(
+                        adopted.id, adopted.access_token, self._guest(adopted.id)
+                    )
                 log.info("sandbox.reattached", sandbox=found.sandbox_id)
                 continue
             await self._terminate(found.sandbox_id, reason="expired or lost during restart")

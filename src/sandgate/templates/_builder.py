@@ -113,7 +113,7 @@ class TemplateBuilder:
         base = self._acquire_base(spec)
         digest = self._digest(spec, base)
         if not force:
-            existing = self._find_built(spec, digest)
+            existing = self._find_built(spec, digest, retag_latest=True)
             if existing is not None:
                 self._on_progress(BuildStep.BUILD, 1.0, f"{name} is current ({digest[:12]})")
                 return existing
@@ -191,12 +191,14 @@ class TemplateBuilder:
     def _build_args(base: BaseImage) -> dict[str, str]:
         return {"BASE_IMAGE": base.id}
 
-    def _find_built(self, spec: TemplateSpec, digest: str) -> BuiltTemplate | None:
+    def _find_built(
+        self, spec: TemplateSpec, digest: str, *, retag_latest: bool = False
+    ) -> BuiltTemplate | None:
         image = self._images.get(f"{self._repository(spec)}:{digest[:12]}")
         if image is None or image.labels.get(DIGEST_LABEL) != digest:
             return None
         latest = f"{self._repository(spec)}:latest"
-        if latest not in image.tags:
+        if retag_latest and latest not in image.tags:
             self._images.tag(image.id, latest)
         return self._built(spec, image)
 

@@ -100,7 +100,13 @@ class BaseImageResolver:
         """
         self._on_progress(BuildStep.RESOLVE, None, f"looking for a base image ({self._source})")
         if self._source is Source.REGISTRY:
-            return self._pull(REGISTRY_PULL_TIMEOUT)
+            try:
+                return self._pull(REGISTRY_PULL_TIMEOUT)
+            except TemplateBuildError as exc:
+                raise TemplateBuildError(
+                    f"{exc}\nmake the registry reachable, or build offline with "
+                    "--source debootstrap (templates.source = debootstrap)"
+                ) from exc
         local = self.find_local(packages)
         if local is not None:
             self._on_progress(BuildStep.RESOLVE, 1.0, f"using local {local.ref}")

@@ -178,8 +178,9 @@ def test_registry_source_fails_clearly_when_the_registry_is_unreachable(
         on_progress=Events(),
         registry_image=UNREACHABLE_REGISTRY_IMAGE,
     )
-    with pytest.raises(TemplateBuildError, match=r"cannot pull registry\.invalid/"):
+    with pytest.raises(TemplateBuildError, match=r"cannot pull registry\.invalid/") as caught:
         registry.acquire(packages)
+    assert "--source debootstrap" in str(caught.value)
 
 
 def test_missing_debootstrap_is_reported_with_the_fix(

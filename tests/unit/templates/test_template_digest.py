@@ -15,6 +15,7 @@ from sandgate.templates._digest import (
     rootfs_digest,
     template_digest,
 )
+from sandgate.templates._rootfs import _DebootstrapTracker
 from sandgate.templates._spec import default_images_dir
 
 
@@ -114,3 +115,16 @@ def test_exported_members_exist() -> None:
         assert hasattr(templates, name), name
     public = {n for n in vars(templates) if not n.startswith("_")}
     assert public - set(templates.__all__) <= {"annotations", "errors"}
+
+
+def test_debootstrap_progress_rises_steadily_to_nearly_done() -> None:
+    """Counts as in a real bookworm minbase run with our includes."""
+    lines = [f"I: Retrieving pkg{i} 1.0" for i in range(138)]
+    lines += ["I: Checking component main", "I: Installing core packages..."]
+    for verb, count in (("Extracting", 88), ("Unpacking", 133), ("Configuring", 136)):
+        lines += [f"I: {verb} pkg{i}..." for i in range(count)]
+    tracker = _DebootstrapTracker()
+    fractions = [tracker.feed(line) for line in lines]
+    assert fractions == sorted(fractions)
+    assert 0.35 <= fractions[137] <= 0.4
+    assert 0.9 <= fractions[-1] < 1.0

@@ -5,8 +5,6 @@ expects: 201 on create, 200 on connect-while-running, 204 on kill and timeout). 
 JSON ``{"code": <status>, "message": ...}``.
 """
 
-from __future__ import annotations
-
 from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import parse_qsl

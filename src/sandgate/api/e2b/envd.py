@@ -6,21 +6,32 @@ sandbox's guest in ``scope["sandgate.route"]``. Every RPC error is answered as C
 
 from __future__ import annotations
 
-from sandgate.guest.client import GuestClient, GuestError, GuestUnavailable
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sandgate.api.e2b.connect import RpcError, rpc_error_response
+from sandgate.api.e2b.files import download, upload
+from sandgate.api.e2b.filesystem import FILESYSTEM_METHODS
 from sandgate.api.e2b.process import PROCESS_METHODS
+from sandgate.guest.client import GuestClient, GuestError, GuestUnavailable
 
 __all__ = ["build_envd_app"]
 
-_SERVICES = {"process.Process": PROCESS_METHODS}
+_SERVICES = {"process.Process": PROCESS_METHODS, "filesystem.Filesystem": FILESYSTEM_METHODS}
 
 
-async def health(_: Request) -> Response:
+async def health(request: Request) -> Response:
+    """204 while the guest answers; 502 (\"not running\") once it does not."""
+    route = request.scope["sandgate.route"]
+    try:
+        await route.guest.ping()
+    except (GuestError, GuestUnavailable):
+        return JSONResponse(
+            {"sandboxId": route.sandbox_id, "message": "The sandbox was not found", "code": 502},
+            status_code=502,
+        )
     return Response(status_code=204)
 
 
@@ -49,6 +60,8 @@ def build_envd_app() -> Starlette:
         routes=[
             Route("/health", health, methods=["GET"]),
             Route("/envs", envs, methods=["GET"]),
+            Route("/files", download, methods=["GET"]),
+            Route("/files", upload, methods=["POST"]),
             Route("/{service}/{method}", rpc, methods=["POST"]),
         ]
     )

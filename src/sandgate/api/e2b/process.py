@@ -12,15 +12,6 @@ import binascii
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from sandgate.guest.client import (
-    Ended,
-    GuestClient,
-    GuestError,
-    GuestUnavailable,
-    Output,
-    ProcessStream,
-    Started,
-)
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -33,6 +24,15 @@ from sandgate.api.e2b.connect import (
     with_keepalive,
 )
 from sandgate.api.e2b.users import request_user
+from sandgate.guest.client import (
+    Ended,
+    GuestClient,
+    GuestError,
+    GuestUnavailable,
+    Output,
+    ProcessStream,
+    Started,
+)
 
 __all__ = ["PROCESS_METHODS", "field"]
 
@@ -152,7 +152,7 @@ async def start(request: Request) -> Response:
         size = None
         if isinstance(pty, dict):
             raw_size = pty.get("size") or {}
-            size = {"cols": int(raw_size.get("cols", 80)), "rows": int(raw_size.get("rows", 24))}
+            size = (int(raw_size.get("cols", 80)), int(raw_size.get("rows", 24)))
         stdin = message.get("stdin")
         return await _guest(request).spawn(
             cmd=config["cmd"],
@@ -191,14 +191,14 @@ async def list_processes(request: Request) -> Response:
     async def call(_: dict[str, Any]) -> dict[str, Any]:
         processes = []
         for info in await _guest(request).list_processes():
-            config: dict[str, Any] = {"cmd": info["cmd"], "args": info.get("args", [])}
-            if info.get("envs"):
-                config["envs"] = info["envs"]
-            if info.get("cwd"):
-                config["cwd"] = info["cwd"]
-            entry: dict[str, Any] = {"config": config, "pid": info["pid"]}
-            if info.get("tag"):
-                entry["tag"] = info["tag"]
+            config: dict[str, Any] = {"cmd": info.cmd, "args": info.args}
+            if info.envs:
+                config["envs"] = info.envs
+            if info.cwd:
+                config["cwd"] = info.cwd
+            entry: dict[str, Any] = {"config": config, "pid": info.pid}
+            if info.tag:
+                entry["tag"] = info.tag
             processes.append(entry)
         return {"processes": processes}
 
@@ -211,7 +211,7 @@ async def send_signal(request: Request) -> Response:
         signal = _SIGNALS.get(str(raw))
         if signal is None:
             raise RpcError("invalid_argument", f"unsupported signal {raw!r}")
-        await _guest(request).signal(**_selector(message), signal=signal)
+        await _guest(request).signal(signal, **_selector(message))
 
     return await _unary(request, call)
 
@@ -223,7 +223,7 @@ async def send_input(request: Request) -> Response:
             payload, pty = _b64(data["pty"], "input.pty"), True
         else:
             payload, pty = _b64(data.get("stdin", ""), "input.stdin"), False
-        await _guest(request).send_input(**_selector(message), data=payload, pty=pty)
+        await _guest(request).send_input(payload, **_selector(message), pty=pty)
 
     return await _unary(request, call)
 
@@ -242,7 +242,7 @@ async def update(request: Request) -> Response:
             return
         size = pty.get("size") or {}
         await _guest(request).resize(
-            **_selector(message), cols=int(size.get("cols", 80)), rows=int(size.get("rows", 24))
+            int(size.get("cols", 80)), int(size.get("rows", 24)), **_selector(message)
         )
 
     return await _unary(request, call)

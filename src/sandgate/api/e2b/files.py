@@ -1,0 +1,260 @@
+"""envd's plain-HTTP ``/files``: download and upload, by access token or signed URL.
+
+SECURITY: signed URLs are checked here (the router lets ``/files`` with a ``signature`` through
+without a token): the signature is recomputed from the query values and the sandbox's token and
+compared in constant time; an expired one is refused. Files are read and written by the guest
+as the selected user; writes are atomic (temp file + rename), so an interrupted upload never
+leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+import zlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from sandgate.access import tokens_equal
+from sandgate.api.e2b.connect import RpcError
+from sandgate.api.e2b.filesystem import check_path
+from sandgate.api.e2b.users import parse_username
+from sandgate.guest.client import EntryInfo, GuestClient, GuestError, GuestUnavailable
+
+__all__ = ["download", "sign", "signature_matches", "upload"]
+
+_STATUS = {
+    "invalid_argument": 400,
+    "failed_precondition": 400,
+    "unauthenticated": 401,
+    "permission_denied": 403,
+    "not_found": 404,
+    "already_exists": 409,
+    "resource_exhausted": 507,
+    "unavailable": 502,
+}
+_METADATA_PREFIX = "x-metadata-"
+_MAX_METADATA_KEY = 246
+_MAX_METADATA_TOTAL = 4096
+_UPLOAD_CHUNK = 1024 * 1024
+_MAX_PARTS = 1000
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"code": status, "message": message}, status_code=status)
+
+
+def _guest_error(exc: GuestError) -> JSONResponse:
+    status = _STATUS.get(exc.code, 500)
+    message = "not enough disk space" if status == 507 else exc.message
+    return _error(status, message)
+
+
+def sign(path: str, operation: str, user: str, token: str, expiration: int | None) -> str:
+    """The ``v1_`` signature the SDKs put in download/upload URLs."""
+    raw = f"{path}:{operation}:{user}:{token}"
+    if expiration is not None:
+        raw += f":{expiration}"
+    digest = base64.b64encode(hashlib.sha256(raw.encode()).digest()).decode().rstrip("=")
+    return "v1_" + digest
+
+
+def signature_matches(query: dict[str, str], operation: str, token: str) -> bool:
+    expiration = query.get("signature_expiration")
+    try:
+        exp = int(expiration) if expiration else None
+    except ValueError:
+        return False
+    expected = sign(query.get("path", ""), operation, query.get("username", ""), token, exp)
+    return tokens_equal(query.get("signature"), expected)
+
+
+def _authorise(request: Request, operation: str) -> JSONResponse | None:
+    """None when allowed; otherwise the 401 to send. A token, if present, takes precedence."""
+    route = request.scope["sandgate.route"]
+    token = request.headers.get("x-access-token")
+    if token is not None:
+        return None if tokens_equal(token, route.access_token) else _unauthorised()
+    query = dict(request.query_params)
+    if "signature" not in query:
+        return _unauthorised()
+    if not signature_matches(query, operation, route.access_token):
+        return _unauthorised()
+    expiration = query.get("signature_expiration")
+    if expiration and int(expiration) < time.time():
+        return _error(401, "signature is already expired")
+    return None
+
+
+def _unauthorised() -> JSONResponse:
+    return _error(
+        401,
+        "unauthorized access, please provide a valid access token or method signing if supported",
+    )
+
+
+def _user(request: Request) -> str | None:
+    raw = request.query_params.get("username")
+    if not raw:
+        return None
+    return parse_username(raw)
+
+
+def _guest(request: Request) -> GuestClient:
+    guest: GuestClient = request.scope["sandgate.route"].guest
+    return guest
+
+
+async def download(request: Request) -> Response:
+    denied = _authorise(request, "read")
+    if denied is not None:
+        return denied
+    try:
+        path = check_path(request.query_params.get("path"))
+        user = _user(request)
+    except RpcError as exc:
+        return _error(401 if exc.code == "unauthenticated" else 400, exc.message)
+    try:
+        reader = await _guest(request).read_file(path, user=user)
+    except GuestError as exc:
+        return _guest_error(exc)
+    except GuestUnavailable:
+        return _error(502, "the sandbox is not reachable")
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in reader:
+                yield chunk
+        finally:
+            await reader.aclose()
+
+    name = reader.name.replace('"', "")
+    return StreamingResponse(
+        body(),
+        media_type="application/octet-stream",
+        headers={
+            "content-disposition": f'inline; filename="{name}"',
+            "content-length": str(reader.size),
+        },
+    )
+
+
+def _metadata(request: Request) -> dict[str, str]:
+    metadata: dict[str, str] = {}
+    total = 0
+    for name, value in request.headers.items():
+        if not name.startswith(_METADATA_PREFIX):
+            continue
+        key = name[len(_METADATA_PREFIX) :].lower()
+        if not key or not _printable(key) or not _printable(value):
+            raise RpcError("invalid_argument", "metadata keys and values must be printable ASCII")
+        if len(key) > _MAX_METADATA_KEY:
+            raise RpcError("invalid_argument", f"metadata key longer than {_MAX_METADATA_KEY}")
+        total += len(key) + len(value)
+        if total > _MAX_METADATA_TOTAL:
+            raise RpcError("invalid_argument", f"metadata larger than {_MAX_METADATA_TOTAL} bytes")
+        metadata[key] = value
+    return metadata
+
+
+def _printable(text: str) -> bool:
+    return all(0x20 <= ord(c) <= 0x7E for c in text)
+
+
+def _upload_result(entry: EntryInfo) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "path": entry.path,
+        "name": entry.name,
+        "type": "dir" if entry.type == "dir" else "file",
+    }
+    if entry.metadata:
+        result["metadata"] = entry.metadata
+    return result
+
+
+async def upload(request: Request) -> Response:
+    denied = _authorise(request, "write")
+    if denied is not None:
+        return denied
+    try:
+        user = _user(request)
+        metadata = _metadata(request)
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media == "multipart/form-data":
+            return await _upload_multipart(request, user, metadata)
+        return await _upload_raw(request, user, metadata)
+    except RpcError as exc:
+        return _error(401 if exc.code == "unauthenticated" else 400, exc.message)
+    except GuestError as exc:
+        return _guest_error(exc)
+    except GuestUnavailable:
+        return _error(502, "the sandbox is not reachable")
+
+
+async def _upload_raw(request: Request, user: str | None, metadata: dict[str, str]) -> Response:
+    path = request.query_params.get("path")
+    if not path:
+        raise RpcError("invalid_argument", "path is required for octet-stream uploads")
+    check_path(path)
+    encoding = request.headers.get("content-encoding", "identity").lower()
+    if encoding not in ("identity", "gzip"):
+        raise RpcError("invalid_argument", f"unsupported content encoding {encoding!r}")
+    chunks = _gunzip(request.stream()) if encoding == "gzip" else request.stream()
+    entry = await _guest(request).write_file(path, chunks, user=user, metadata=metadata)
+    return JSONResponse([_upload_result(entry)])
+
+
+async def _gunzip(source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        async for chunk in source:
+            data = inflater.decompress(chunk)
+            if data:
+                yield data
+        tail = inflater.flush()
+    except zlib.error:
+        raise RpcError("invalid_argument", "request body is not valid gzip") from None
+    if tail:
+        yield tail
+
+
+async def _upload_multipart(
+    request: Request, user: str | None, metadata: dict[str, str]
+) -> Response:
+    single_path = request.query_params.get("path")
+    form = await request.form(max_files=_MAX_PARTS, max_fields=_MAX_PARTS)
+    try:
+        parts = [p for p in form.getlist("file") if isinstance(p, UploadFile)]
+        if not parts:
+            raise RpcError("invalid_argument", "no 'file' part in the multipart body")
+        targets = []
+        for part in parts:
+            target = single_path if single_path and len(parts) == 1 else part.filename
+            if not target:
+                raise RpcError("invalid_argument", "each 'file' part needs a filename (its path)")
+            targets.append(check_path(target))
+        if len(set(targets)) != len(targets):
+            raise RpcError("invalid_argument", "the same path appears twice in one upload")
+        results = []
+        for target, part in zip(targets, parts, strict=True):
+            entry = await _guest(request).write_file(
+                target, _read_upload(part), user=user, metadata=metadata
+            )
+            results.append(_upload_result(entry))
+        return JSONResponse(results)
+    finally:
+        await form.close()
+
+
+async def _read_upload(part: UploadFile) -> AsyncIterator[bytes]:
+    await part.seek(0)
+    while True:
+        chunk = await part.read(_UPLOAD_CHUNK)
+        if not chunk:
+            return
+        yield chunk

@@ -1,0 +1,71 @@
+"""Builds ``guest.pyz``, the daemon as one file the gateway copies into each sandbox.
+
+The archive holds a stub ``sandgate/__init__.py`` (so nothing from the gateway's package is
+dragged in), every module of ``sandgate/guest`` and a ``__main__.py`` that starts the daemon.
+Entries are sorted and dated 1980-01-01, so the same sources give the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+__all__ = ["build_zipapp"]
+
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+_MAIN = b"from sandgate.guest.daemon import main\n\nmain()\n"
+_PACKAGE_INIT = b'"""Sandgate guest bundle (generated)."""\n'
+
+
+def _members() -> list[tuple[str, bytes]]:
+    guest_dir = Path(__file__).resolve().parent
+    members = [("__main__.py", _MAIN), ("sandgate/__init__.py", _PACKAGE_INIT)]
+    for path in sorted(guest_dir.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        name = "sandgate/guest/" + path.relative_to(guest_dir).as_posix()
+        members.append((name, path.read_bytes()))
+    return sorted(members)
+
+
+def _archive() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in _members():
+            info = zipfile.ZipInfo(name, date_time=_EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            info.create_system = 3
+            archive.writestr(info, data, compresslevel=9)
+    return buffer.getvalue()
+
+
+def build_zipapp(dest: Path) -> Path:
+    """Writes the guest zipapp to ``dest`` unless it already holds exactly these bytes.
+
+    Returns ``dest``. The write is atomic (temp file + rename), so a sandbox starting at the
+    same moment never sees a partial archive.
+    """
+    dest = Path(dest)
+    content = _archive()
+    try:
+        if dest.read_bytes() == content:
+            return dest
+    except FileNotFoundError:
+        pass
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(content)
+        os.chmod(temp, 0o644)
+        os.replace(temp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    return dest

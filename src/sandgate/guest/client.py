@@ -1,0 +1,603 @@
+"""The gateway's async client for the guest daemon (stdlib only; never imported by the guest).
+
+Every call opens one connection to ``guest.sock``, writes one request frame and reads the
+answer; streams (process output, file reads, watches, tunnels) keep their connection until
+they end or are closed. Errors::
+
+    GuestError(code, message)      the guest answered {"ok": false, ...}; ``code`` is a
+     │                             protocol error code (Connect-RPC name)
+     └── GuestUnavailable          no usable connection: socket missing, refused, reset, or
+                                   closed before the answer (code "unavailable")
+
+Cancellation: cancelling a call, or closing/abandoning a stream (``aclose``), closes its
+connection; the guest treats that as "stop streaming", never as "stop the work" (a process
+keeps running).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+from collections.abc import AsyncIterable, AsyncIterator
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from .protocol import FRAME_HEADER, MAX_FRAME, Kind, decode_json, encode_frame, encode_json
+
+__all__ = [
+    "Ended",
+    "EntryInfo",
+    "FileReader",
+    "FsEvent",
+    "GuestClient",
+    "GuestError",
+    "GuestUnavailable",
+    "Output",
+    "ProcessEvent",
+    "ProcessInfo",
+    "ProcessStream",
+    "Started",
+    "WatchStream",
+]
+
+_UPLOAD_CHUNK = 1024 * 1024
+_READ_LIMIT = MAX_FRAME + FRAME_HEADER.size
+_CONNECTION_ERRORS = (OSError, asyncio.IncompleteReadError, EOFError)
+
+
+class GuestError(Exception):
+    """The guest refused or failed an operation; ``code`` is one of ``protocol.ERROR_CODES``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class GuestUnavailable(GuestError):
+    """The guest could not be reached, or dropped the connection before answering."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("unavailable", message)
+
+
+@dataclass(frozen=True)
+class Started:
+    pid: int
+
+
+@dataclass(frozen=True)
+class Output:
+    stream: Literal["stdout", "stderr", "pty"]
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Ended:
+    exit_code: int
+    exited: bool
+    status: str
+    error: str | None
+    timed_out: bool
+
+
+ProcessEvent = Started | Output | Ended
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    tag: str | None
+    cmd: str
+    args: list[str]
+    envs: dict[str, str]
+    cwd: str
+    pty: bool
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """A file as the guest saw it. ``type`` is ``file``, ``dir`` or ``unspecified`` (broken
+    symlink, FIFO, socket, device); for a symlink, ``type`` and ``mode`` describe the target."""
+
+    name: str
+    type: str
+    path: str
+    size: int
+    mode: int
+    permissions: str
+    owner: str
+    group: str
+    modified_time: float
+    symlink_target: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EntryInfo:
+        return cls(
+            name=data["name"],
+            type=data["type"],
+            path=data["path"],
+            size=data["size"],
+            mode=data["mode"],
+            permissions=data["permissions"],
+            owner=data["owner"],
+            group=data["group"],
+            modified_time=data["modified_time"],
+            symlink_target=data.get("symlink_target"),
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class FsEvent:
+    """``name`` is relative to the watched directory; ``type`` is ``create``, ``write``,
+    ``remove``, ``rename`` or ``chmod``."""
+
+    name: str
+    type: str
+
+
+_STREAM_NAMES: dict[int, Literal["stdout", "stderr", "pty"]] = {
+    Kind.STDOUT: "stdout",
+    Kind.STDERR: "stderr",
+    Kind.PTY: "pty",
+}
+
+
+class _Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def open(cls, path: str, request: dict[str, Any]) -> _Connection:
+        try:
+            reader, writer = await asyncio.open_unix_connection(path, limit=_READ_LIMIT)
+        except OSError as exc:
+            raise GuestUnavailable(f"cannot connect to the guest at {path}: {exc}") from exc
+        conn = cls(reader, writer)
+        try:
+            writer.write(encode_json(request))
+        except OSError as exc:
+            conn.close()
+            raise GuestUnavailable(f"guest connection failed: {exc}") from exc
+        return conn
+
+    async def read_frame(self) -> tuple[int, bytes]:
+        """The next frame; ``GuestUnavailable`` if the guest closed or sent garbage."""
+        try:
+            kind, length = FRAME_HEADER.unpack(await self.reader.readexactly(FRAME_HEADER.size))
+            if length > MAX_FRAME or kind > Kind.EOF:
+                raise GuestUnavailable(f"malformed frame from the guest (kind {kind})")
+            payload = await self.reader.readexactly(length) if length else b""
+        except _CONNECTION_ERRORS as exc:
+            raise GuestUnavailable(f"guest closed the connection: {exc!r}") from exc
+        return kind, payload
+
+    async def read_json(self) -> dict[str, Any]:
+        kind, payload = await self.read_frame()
+        if kind != Kind.JSON:
+            raise GuestUnavailable(f"expected a JSON frame from the guest, got kind {kind}")
+        try:
+            return decode_json(payload)
+        except ValueError as exc:
+            raise GuestUnavailable(f"malformed JSON from the guest: {exc}") from exc
+
+    async def read_reply(self) -> dict[str, Any]:
+        """The next JSON frame, raising :class:`GuestError` if it is an error reply."""
+        message = await self.read_json()
+        if message.get("ok") is False:
+            raise GuestError(str(message.get("code", "internal")), str(message.get("message", "")))
+        return message
+
+    def close(self) -> None:
+        self.writer.transport.abort()
+
+
+async def _unary(path: str, request: dict[str, Any]) -> dict[str, Any]:
+    conn = await _Connection.open(path, request)
+    try:
+        return await conn.read_reply()
+    finally:
+        conn.close()
+
+
+class ProcessStream:
+    """The events of one process: :class:`Started` first, then :class:`Output`, then exactly
+    one :class:`Ended`. Closing the stream leaves the process running."""
+
+    def __init__(self, conn: _Connection, pid: int) -> None:
+        self.pid = pid
+        self._conn: _Connection | None = conn
+        self._started_sent = False
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> ProcessEvent:
+        if not self._started_sent:
+            self._started_sent = True
+            return Started(self.pid)
+        conn = self._conn
+        if conn is None:
+            raise StopAsyncIteration
+        try:
+            while True:
+                kind, payload = await conn.read_frame()
+                stream = _STREAM_NAMES.get(kind)
+                if stream is not None:
+                    return Output(stream, payload)
+                if kind != Kind.JSON:
+                    continue
+                message = decode_json(payload)
+                if message.get("ev") == "end":
+                    await self.aclose()
+                    return Ended(
+                        exit_code=int(message["exit_code"]),
+                        exited=bool(message["exited"]),
+                        status=str(message["status"]),
+                        error=message.get("error"),
+                        timed_out=bool(message.get("timed_out", False)),
+                    )
+        except GuestUnavailable:
+            await self.aclose()
+            raise GuestUnavailable(
+                f"process {self.pid}: stream ended without an end event"
+            ) from None
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Unsubscribes; idempotent."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class FileReader:
+    """A file being read: ``size`` (whole file), ``offset`` and ``length`` (bytes that follow)
+    are known up front; iterate for the data chunks (each at most 1 MiB)."""
+
+    def __init__(self, conn: _Connection, header: dict[str, Any]) -> None:
+        self.size = int(header["size"])
+        self.name = str(header.get("name", ""))
+        self.offset = int(header.get("offset", 0))
+        self.length = int(header.get("length", self.size))
+        self._conn: _Connection | None = conn
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> bytes:
+        conn = self._conn
+        if conn is None:
+            raise StopAsyncIteration
+        try:
+            kind, payload = await conn.read_frame()
+        except BaseException:
+            await self.aclose()
+            raise
+        if kind == Kind.DATA:
+            return payload
+        await self.aclose()
+        if kind == Kind.EOF:
+            raise StopAsyncIteration
+        raise GuestUnavailable(f"unexpected frame kind {kind} in a file read")
+
+    async def read_all(self) -> bytes:
+        return b"".join([chunk async for chunk in self])
+
+    async def aclose(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class WatchStream:
+    """File system events under a watched directory until closed."""
+
+    def __init__(self, conn: _Connection) -> None:
+        self._conn: _Connection | None = conn
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> FsEvent:
+        conn = self._conn
+        if conn is None:
+            raise StopAsyncIteration
+        try:
+            while True:
+                message = await conn.read_json()
+                if message.get("ev") == "fs":
+                    return FsEvent(str(message["name"]), str(message["type"]))
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def _selector(pid: int | None, tag: str | None) -> dict[str, Any]:
+    if (pid is None) == (tag is None):
+        raise ValueError("give exactly one of pid and tag")
+    return {"pid": pid} if pid is not None else {"tag": tag}
+
+
+def _with_user(request: dict[str, Any], user: str | None) -> dict[str, Any]:
+    if user is not None:
+        request["user"] = user
+    return request
+
+
+class GuestClient:
+    """Talks to one sandbox's guest daemon over its Unix socket. Cheap to create; holds no
+    connection between calls. ``user=None`` means the sandbox's default user."""
+
+    def __init__(self, socket_path: str | os.PathLike[str]) -> None:
+        self.socket_path = os.fspath(socket_path)
+
+    # ---- health and environment
+
+    async def ping(self) -> dict[str, Any]:
+        """``{"ok": true, "version": 1, "pid": N}``; the readiness check."""
+        return await _unary(self.socket_path, {"op": "ping"})
+
+    async def envs(self) -> dict[str, str]:
+        """The sandbox-level environment variables."""
+        return dict((await _unary(self.socket_path, {"op": "envs"}))["envs"])
+
+    # ---- processes
+
+    async def spawn(
+        self,
+        cmd: str,
+        args: list[str] | tuple[str, ...] = (),
+        *,
+        envs: dict[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        tag: str | None = None,
+        stdin: bool = False,
+        pty: tuple[int, int] | None = None,
+        timeout_ms: int = 0,
+    ) -> ProcessStream:
+        """Starts a process and returns its stream once the guest reported the pid.
+
+        ``pty`` is ``(cols, rows)``. ``timeout_ms`` > 0 makes the guest SIGKILL the process
+        group at the deadline (``Ended.timed_out``). Raises :class:`GuestError` when the
+        process cannot start (bad cwd: ``invalid_argument``; too many: ``resource_exhausted``;
+        unknown user: ``unauthenticated``).
+        """
+        request: dict[str, Any] = {
+            "op": "spawn",
+            "cmd": cmd,
+            "args": list(args),
+            "envs": dict(envs or {}),
+            "cwd": cwd or "",
+            "tag": tag,
+            "stdin": stdin,
+            "pty": {"cols": pty[0], "rows": pty[1]} if pty is not None else None,
+            "timeout_ms": timeout_ms,
+        }
+        return await self._process_stream(_with_user(request, user))
+
+    async def connect_process(
+        self, *, pid: int | None = None, tag: str | None = None
+    ) -> ProcessStream:
+        """Subscribes to a running (or just exited) process; ``not_found`` if unknown."""
+        return await self._process_stream({"op": "connect", **_selector(pid, tag)})
+
+    async def _process_stream(self, request: dict[str, Any]) -> ProcessStream:
+        conn = await _Connection.open(self.socket_path, request)
+        try:
+            first = await conn.read_reply()
+            if first.get("ev") != "start":
+                raise GuestUnavailable(f"expected a start event, got {first!r}")
+            return ProcessStream(conn, int(first["pid"]))
+        except BaseException:
+            conn.close()
+            raise
+
+    async def list_processes(self) -> list[ProcessInfo]:
+        reply = await _unary(self.socket_path, {"op": "list"})
+        return [
+            ProcessInfo(
+                pid=p["pid"],
+                tag=p.get("tag"),
+                cmd=p["cmd"],
+                args=list(p["args"]),
+                envs=dict(p["envs"]),
+                cwd=p["cwd"],
+                pty=bool(p["pty"]),
+            )
+            for p in reply["processes"]
+        ]
+
+    async def signal(self, sig: int, *, pid: int | None = None, tag: str | None = None) -> None:
+        """Sends ``sig`` to the process's whole group; ``not_found`` if it is not running."""
+        await _unary(self.socket_path, {"op": "signal", "signal": int(sig), **_selector(pid, tag)})
+
+    async def send_input(
+        self, data: bytes, *, pid: int | None = None, tag: str | None = None, pty: bool = False
+    ) -> None:
+        """Writes to stdin (``pty=False``) or the terminal (``pty=True``); returns once the
+        guest wrote all of it. ``failed_precondition`` if the process takes no such input."""
+        request = {
+            "op": "send_input",
+            "data": base64.b64encode(data).decode("ascii"),
+            "pty": pty,
+            **_selector(pid, tag),
+        }
+        await _unary(self.socket_path, request)
+
+    async def close_stdin(self, *, pid: int | None = None, tag: str | None = None) -> None:
+        await _unary(self.socket_path, {"op": "close_stdin", **_selector(pid, tag)})
+
+    async def resize(
+        self, cols: int, rows: int, *, pid: int | None = None, tag: str | None = None
+    ) -> None:
+        await _unary(
+            self.socket_path, {"op": "resize", "cols": cols, "rows": rows, **_selector(pid, tag)}
+        )
+
+    # ---- files
+
+    async def stat(self, path: str, *, user: str | None = None) -> EntryInfo:
+        reply = await _unary(self.socket_path, _with_user({"op": "stat", "path": path}, user))
+        return EntryInfo.from_json(reply["entry"])
+
+    async def list_dir(
+        self, path: str, *, depth: int = 1, user: str | None = None
+    ) -> list[EntryInfo]:
+        """Entries under ``path`` in lexical pre-order, up to ``depth`` levels, root excluded."""
+        request = _with_user({"op": "list_dir", "path": path, "depth": depth}, user)
+        conn = await _Connection.open(self.socket_path, request)
+        entries: list[EntryInfo] = []
+        try:
+            while True:
+                reply = await conn.read_reply()
+                entries += [EntryInfo.from_json(e) for e in reply["entries"]]
+                if not reply.get("more"):
+                    return entries
+        finally:
+            conn.close()
+
+    async def make_dir(self, path: str, *, user: str | None = None) -> EntryInfo:
+        """Creates ``path`` and its parents; ``already_exists`` if it is already a directory."""
+        reply = await _unary(self.socket_path, _with_user({"op": "make_dir", "path": path}, user))
+        return EntryInfo.from_json(reply["entry"])
+
+    async def move(self, source: str, destination: str, *, user: str | None = None) -> EntryInfo:
+        request = {"op": "move", "source": source, "destination": destination}
+        reply = await _unary(self.socket_path, _with_user(request, user))
+        return EntryInfo.from_json(reply["entry"])
+
+    async def remove(self, path: str, *, user: str | None = None) -> None:
+        """Removes a file or a whole tree; a missing path is not an error."""
+        await _unary(self.socket_path, _with_user({"op": "remove", "path": path}, user))
+
+    async def read_file(
+        self,
+        path: str,
+        *,
+        user: str | None = None,
+        offset: int = 0,
+        length: int | None = None,
+    ) -> FileReader:
+        """Opens a regular file for reading. Directories, FIFOs, sockets and devices are
+        ``invalid_argument``; a missing file is ``not_found``."""
+        request: dict[str, Any] = {"op": "read_file", "path": path, "offset": offset}
+        if length is not None:
+            request["length"] = length
+        conn = await _Connection.open(self.socket_path, _with_user(request, user))
+        try:
+            return FileReader(conn, await conn.read_reply())
+        except BaseException:
+            conn.close()
+            raise
+
+    async def write_file(
+        self,
+        path: str,
+        data: bytes | AsyncIterable[bytes],
+        *,
+        user: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> EntryInfo:
+        """Uploads ``data`` to ``path`` (parents created; replaced atomically at the end; the
+        ``user.e2b.*`` metadata set replaced by ``metadata``). If the upload is cancelled
+        the target is left untouched. Out of space is ``resource_exhausted``."""
+        request = _with_user({"op": "write_file", "path": path, "metadata": metadata or {}}, user)
+        conn = await _Connection.open(self.socket_path, request)
+        try:
+            try:
+                async for chunk in _chunks(data):
+                    conn.writer.write(encode_frame(Kind.DATA, chunk))
+                    await conn.writer.drain()
+                conn.writer.write(encode_frame(Kind.EOF))
+                await conn.writer.drain()
+            except OSError:
+                pass  # the guest stopped reading: its answer (an error) says why
+            reply = await conn.read_reply()
+            return EntryInfo.from_json(reply["entry"])
+        finally:
+            conn.close()
+
+    async def watch(
+        self, path: str, *, recursive: bool = False, user: str | None = None
+    ) -> WatchStream:
+        """Returns once the watch is in place; events that happen after that are delivered."""
+        request = _with_user({"op": "watch", "path": path, "recursive": recursive}, user)
+        conn = await _Connection.open(self.socket_path, request)
+        try:
+            await conn.read_reply()
+        except BaseException:
+            conn.close()
+            raise
+        return WatchStream(conn)
+
+    # ---- ports
+
+    async def tunnel(self, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A raw byte stream to ``127.0.0.1:port`` inside the sandbox; ``unavailable`` if
+        nothing listens there. Close the writer to end the tunnel."""
+        conn = await _Connection.open(self.socket_path, {"op": "tunnel", "port": port})
+        try:
+            await conn.read_reply()
+        except BaseException:
+            conn.close()
+            raise
+        return conn.reader, conn.writer
+
+
+async def _chunks(data: bytes | AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    if isinstance(data, bytes | bytearray | memoryview):
+        view = memoryview(data)
+        for start in range(0, len(view), _UPLOAD_CHUNK):
+            yield bytes(view[start : start + _UPLOAD_CHUNK])
+        return
+    async for chunk in data:
+        view = memoryview(chunk)
+        for start in range(0, len(view), _UPLOAD_CHUNK):
+            yield bytes(view[start : start + _UPLOAD_CHUNK])

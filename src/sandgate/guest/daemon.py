@@ -1,0 +1,405 @@
+"""``sandgate-guest``: the daemon inside every sandbox.
+
+Trust: whoever can connect to the socket is the gateway and is trusted completely (the socket
+is mode 0600, owned by root, in a directory only the gateway and this daemon reach). Everything
+inside the sandbox — processes, files, other users — is untrusted.
+
+Enforced here: work on behalf of a user runs with that user's uid/gids (processes are forked
+and drop privileges before exec; file operations run in a per-user worker process that has
+dropped privileges, see ``_worker``); malformed input closes only its own connection; memory
+per connection is bounded. Not done here: resource limits, network policy, seccomp (the
+runtime), authentication of E2B clients (the gateway).
+
+Shape: one asyncio loop and *no threads*, so forking children and workers is safe. One
+request per connection: the daemon reads exactly the first frame (never more, so a file
+upload's DATA frames stay in the socket for the worker) and dispatches it.
+
+Usage: ``python3 -I guest.pyz --socket /run/sandgate/guest.sock --config /run/sandgate/guest.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._config import GuestConfig
+from ._errors import OpError
+from ._files import FILE_OPS
+from ._log import log
+from ._process import Process, ProcessTable, SpawnSpec, decode_input
+from ._users import User, lookup_user
+from ._worker import MAX_WORKER_MESSAGE, run_worker
+from .protocol import FRAME_HEADER, MAX_REQUEST, PROTOCOL_VERSION, Kind, decode_json, encode_json
+
+__all__ = ["main"]
+
+_REQUEST_TIMEOUT_S = 30.0
+_CLOSE_TIMEOUT_S = 30.0
+_TUNNEL_CHUNK = 64 * 1024
+
+
+class _Worker:
+    """The daemon's handle on one user's file worker."""
+
+    def __init__(self, user: User, pid: int, ctrl: socket.socket) -> None:
+        self.user = user
+        self.pid = pid
+        self.ctrl = ctrl
+        self.alive = True
+
+
+class Daemon:
+    def __init__(self, config: GuestConfig) -> None:
+        self.config = config
+        self.loop = asyncio.get_running_loop()
+        self.processes = ProcessTable(config)
+        self.workers: dict[str, _Worker] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.stopping = asyncio.Event()
+
+    # ---- lifecycle
+
+    async def serve(self, socket_path: str) -> None:
+        listener = _listen(socket_path)
+        self.loop.add_signal_handler(signal.SIGCHLD, self.reap)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, self.stopping.set)
+        self.reap()
+        try:
+            self._worker_for(lookup_user(self.config.default_user))
+        except OpError:
+            log("default_user_missing", user=self.config.default_user)
+        log("started", socket=socket_path, version=PROTOCOL_VERSION)
+        accept = asyncio.ensure_future(self._accept(listener))
+        await self.stopping.wait()
+        accept.cancel()
+        listener.close()
+        self.processes.kill_all()
+        for worker in self.workers.values():
+            worker.ctrl.close()
+        log("stopped")
+
+    async def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = await self.loop.sock_accept(listener)
+            except OSError as exc:  # EMFILE and friends: back off instead of spinning
+                log("accept_failed", error=str(exc))
+                await asyncio.sleep(0.1)
+                continue
+            task = asyncio.ensure_future(self._handle(conn))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if self.processes.on_child_exit(pid, status):
+                continue
+            for name, worker in list(self.workers.items()):
+                if worker.pid == pid:
+                    worker.alive = False
+                    worker.ctrl.close()
+                    del self.workers[name]
+                    log("worker_exited", user=name, status=status)
+
+    # ---- one connection
+
+    async def _handle(self, conn: socket.socket) -> None:
+        request: dict[str, Any] = {}
+        try:
+            try:
+                payload = await asyncio.wait_for(self._read_request(conn), _REQUEST_TIMEOUT_S)
+                request = decode_json(payload)
+            except (TimeoutError, ValueError, EOFError, OSError):
+                return
+            op = request.get("op")
+            try:
+                if op in FILE_OPS:
+                    await self._hand_off(conn, payload, request)
+                    return
+                handler = _HANDLERS.get(op) if isinstance(op, str) else None
+                if handler is None:
+                    raise OpError("unimplemented", f"unknown operation: {op!r}")
+                await handler(self, conn, request)
+            except OpError as exc:
+                await self.loop.sock_sendall(conn, encode_json(exc.to_json()))
+        except OSError:
+            pass  # the client went away
+        except Exception as exc:
+            log("request_failed", op=str(request.get("op")), error=repr(exc))
+            with contextlib.suppress(OSError):
+                await self.loop.sock_sendall(
+                    conn, encode_json(OpError("internal", f"guest error: {exc}").to_json())
+                )
+        finally:
+            # A file op's fd now lives on in the worker (SCM_RIGHTS made its own copy); a
+            # stream's transport has already closed this same socket object.
+            conn.close()
+
+    async def _read_request(self, conn: socket.socket) -> bytes:
+        header = await self._recv_exact(conn, FRAME_HEADER.size)
+        kind, length = FRAME_HEADER.unpack(header)
+        if kind != Kind.JSON or length > MAX_REQUEST:
+            raise ValueError("the first frame must be a JSON request")
+        return await self._recv_exact(conn, length)
+
+    async def _recv_exact(self, conn: socket.socket, size: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < size:
+            chunk = await self.loop.sock_recv(conn, size - len(buf))
+            if not chunk:
+                raise EOFError
+            buf += chunk
+        return bytes(buf)
+
+    def user(self, request: dict[str, Any]) -> User:
+        name = request.get("user") or self.config.default_user
+        if not isinstance(name, str):
+            raise OpError("invalid_argument", "user must be a string")
+        return lookup_user(name)
+
+    # ---- file operations: handed to the user's worker
+
+    def _worker_for(self, user: User) -> _Worker:
+        worker = self.workers.get(user.name)
+        if worker is not None and worker.alive and worker.user == user:
+            return worker
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            parent.close()
+            run_worker(child, user, self.config)
+        child.close()
+        parent.setblocking(False)
+        worker = _Worker(user, pid, parent)
+        self.workers[user.name] = worker
+        return worker
+
+    async def _hand_off(self, conn: socket.socket, payload: bytes, request: dict[str, Any]) -> None:
+        user = self.user(request)
+        if len(payload) > MAX_WORKER_MESSAGE:
+            raise OpError("invalid_argument", "request is too large")
+        for _ in range(2):
+            worker = self._worker_for(user)
+            try:
+                await self._send_fd(worker.ctrl, payload, conn.fileno())
+                return
+            except OSError as exc:
+                log("worker_unreachable", user=user.name, error=str(exc))
+                worker.alive = False
+        raise OpError("unavailable", "file worker is not available")
+
+    async def _send_fd(self, ctrl: socket.socket, payload: bytes, fd: int) -> None:
+        while True:
+            try:
+                socket.send_fds(ctrl, [payload], [fd])
+                return
+            except BlockingIOError:
+                ready: asyncio.Future[None] = self.loop.create_future()
+                self.loop.add_writer(ctrl.fileno(), _resolve, ready)
+                try:
+                    await ready
+                finally:
+                    self.loop.remove_writer(ctrl.fileno())
+
+    # ---- unary operations
+
+    async def _reply(self, conn: socket.socket, message: dict[str, Any]) -> None:
+        await self.loop.sock_sendall(conn, encode_json(message))
+
+    async def op_ping(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        await self._reply(conn, {"ok": True, "version": PROTOCOL_VERSION, "pid": os.getpid()})
+
+    async def op_envs(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        await self._reply(conn, {"ok": True, "envs": self.config.envs})
+
+    async def op_list(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        infos = [proc.info() for proc in self.processes.running.values()]
+        await self._reply(conn, {"ok": True, "processes": infos})
+
+    async def op_signal(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        proc = self.processes.find_running(request)
+        self.processes.send_signal(proc, request.get("signal"))
+        await self._reply(conn, {"ok": True})
+
+    async def op_send_input(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        proc = self.processes.find_running(request)
+        data = decode_input(request)
+        await self.processes.send_input(proc, data, bool(request.get("pty", False)))
+        await self._reply(conn, {"ok": True})
+
+    async def op_close_stdin(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        self.processes.close_stdin(self.processes.find_running(request))
+        await self._reply(conn, {"ok": True})
+
+    async def op_resize(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        proc = self.processes.find_running(request)
+        self.processes.resize(proc, request.get("cols"), request.get("rows"))
+        await self._reply(conn, {"ok": True})
+
+    # ---- streams
+
+    async def op_spawn(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        spec = SpawnSpec.from_request(request)
+        proc = self.processes.spawn(spec, self.user(request))
+        await self._stream(conn, proc)
+
+    async def op_connect(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        await self._stream(conn, self.processes.find(request))
+
+    async def _stream(self, conn: socket.socket, proc: Process) -> None:
+        """Sends start, live output and end; the client leaving only unsubscribes it."""
+        reader, writer = await asyncio.open_unix_connection(sock=conn)
+        try:
+            writer.write(encode_json({"ev": "start", "pid": proc.pid}))
+            if proc.end is not None:
+                writer.write(encode_json(proc.end))
+            else:
+                proc.subscribers.add(writer)
+                ended = asyncio.ensure_future(proc.ended.wait())
+                gone = asyncio.ensure_future(reader.read(1))
+                try:
+                    await asyncio.wait({ended, gone}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    proc.subscribers.discard(writer)
+                    ended.cancel()
+                    gone.cancel()
+                if not proc.ended.is_set():
+                    writer.transport.abort()
+                    return
+            writer.close()
+            await asyncio.wait_for(writer.wait_closed(), _CLOSE_TIMEOUT_S)
+        except (TimeoutError, OSError):
+            writer.transport.abort()
+
+    async def op_tunnel(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        port = request.get("port")
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+            raise OpError("invalid_argument", "port must be an integer in 1..65535")
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            raise OpError("unavailable", "port is not open") from None
+        try:
+            await self.loop.sock_sendall(conn, encode_json({"ok": True}))
+            reader, writer = await asyncio.open_unix_connection(sock=conn)
+        except OSError:
+            up_writer.close()
+            raise
+        await _splice(reader, writer, up_reader, up_writer)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+_HANDLERS: dict[str, Any] = {
+    "ping": Daemon.op_ping,
+    "envs": Daemon.op_envs,
+    "list": Daemon.op_list,
+    "signal": Daemon.op_signal,
+    "send_input": Daemon.op_send_input,
+    "close_stdin": Daemon.op_close_stdin,
+    "resize": Daemon.op_resize,
+    "spawn": Daemon.op_spawn,
+    "connect": Daemon.op_connect,
+    "tunnel": Daemon.op_tunnel,
+}
+
+
+async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    while data := await src.read(_TUNNEL_CHUNK):
+        dst.write(data)
+        await dst.drain()
+    if dst.can_write_eof():
+        dst.write_eof()
+
+
+async def _splice(
+    a_reader: asyncio.StreamReader,
+    a_writer: asyncio.StreamWriter,
+    b_reader: asyncio.StreamReader,
+    b_writer: asyncio.StreamWriter,
+) -> None:
+    pumps = [
+        asyncio.ensure_future(_pump(a_reader, b_writer)),
+        asyncio.ensure_future(_pump(b_reader, a_writer)),
+    ]
+    try:
+        pending = set(pumps)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if any(task.exception() is not None for task in done):
+                break
+    finally:
+        for task in pumps:
+            task.cancel()
+        for writer in (a_writer, b_writer):
+            writer.transport.abort()
+
+
+def _listen(path: str) -> socket.socket:
+    """Binds under a temporary name and renames into place: a client that can connect to
+    ``path`` always reaches a daemon that is listening."""
+    temp = f"{path}.{os.getpid()}.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temp)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(temp)
+    os.chmod(temp, 0o600)
+    if os.geteuid() == 0:
+        os.chown(temp, 0, 0)
+    listener.listen(256)
+    listener.setblocking(False)
+    os.rename(temp, path)
+    return listener
+
+
+def _ensure_std_fds() -> None:
+    # Pipes created later must never land on 0-2, or a child's dup2 would clobber them.
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+
+
+async def _run(socket_path: str, config: GuestConfig) -> None:
+    await Daemon(config).serve(socket_path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parses the command line, loads the config and serves until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(prog="sandgate-guest")
+    parser.add_argument("--socket", required=True, help="Unix socket to listen on")
+    parser.add_argument("--config", required=True, help="guest.json written by the host")
+    args = parser.parse_args(argv)
+    _ensure_std_fds()
+    os.umask(0o022)
+    try:
+        config = GuestConfig.load(Path(args.config))
+    except (OSError, ValueError) as exc:
+        log("bad_config", path=args.config, error=str(exc))
+        sys.exit(2)
+    asyncio.run(_run(args.socket, config))
+
+
+if __name__ == "__main__":
+    main()
