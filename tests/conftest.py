@@ -1,1 +1,26 @@
-"""Suite-wide fixtures. Organised as a ladder: server → sandbox → running command."""
+"""Suite-wide fixtures. Organised as a ladder: server → sandbox → running command.
+
+The server fixtures live in tests/fixtures/server.py; every test directory can use them.
+"""
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fixtures.server import RunningServer, sandgate_server, sandgate_server_factory
+from tests.framework.envd import create
+
+__all__ = ["sandbox", "sandgate_server", "sandgate_server_factory"]
+
+
+@pytest.fixture
+def sandbox(sandgate_server: RunningServer) -> Iterator[dict[str, Any]]:
+    """A running ``base`` sandbox on the shared server (killed afterwards)."""
+    created = create(sandgate_server.url, sandgate_server.api_key, timeout=300)
+    yield created
+    httpx.delete(
+        f"{sandgate_server.url}/sandboxes/{created['sandboxID']}",
+        headers={"X-API-Key": sandgate_server.api_key},
+    )

@@ -3,18 +3,16 @@
 ``client`` parametrises a test over every pinned client (``py-e2b-2.31.0``, ``py-e2b-2.63.0``,
 ``js-e2b-2.31.0``, ``js-e2b-2.51.0``); each is installed on first use into ``.cache/compat/``
 and reused while its lock file is unchanged. ``e2b_env`` is the SDK environment pointing at the
-session's ``sandgate_server``.
+session's ``sandgate_server`` (registered by the root ``tests/conftest.py``).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from fixtures.server import RunningServer, sandgate_server, sandgate_server_factory
+from tests.fixtures.server import RunningServer
 
 from .clients import CLIENTS, PreparedClient, prepare
-
-__all__ = ["sandgate_server", "sandgate_server_factory"]
 
 
 @pytest.fixture(scope="session", params=[spec.name for spec in CLIENTS])

@@ -12,7 +12,7 @@ import secrets
 import httpx
 import pytest
 
-from fixtures.server import RunningServer
+from tests.fixtures.server import RunningServer
 
 from .clients import PreparedClient
 from .expect import assert_sdk_version, command_ok, failed_with, timestamp

@@ -34,6 +34,8 @@ __all__ = ["MAX_WORKER_MESSAGE", "run_worker"]
 #: Largest request the daemon forwards to a worker (a seqpacket message must fit the buffer).
 MAX_WORKER_MESSAGE = 128 * 1024
 _MAX_CONNECTIONS = 512
+_DISCARD_TIMEOUT_S = 10.0
+_DISCARD_LIMIT = 256 * 1024 * 1024
 
 
 def run_worker(ctrl: socket.socket, user: User, config: GuestConfig) -> NoReturn:
@@ -105,6 +107,19 @@ def _serve(ctrl: socket.socket, ctx: FileContext) -> None:
         ).start()
 
 
+def _discard_upload(conn: socket.socket) -> None:
+    """Reads and drops what the client is still uploading after an early error, so that
+    closing the socket does not reset the connection before the client read the answer."""
+    conn.shutdown(socket.SHUT_WR)
+    conn.settimeout(_DISCARD_TIMEOUT_S)
+    discarded = 0
+    while discarded < _DISCARD_LIMIT:
+        data = conn.recv(1024 * 1024)
+        if not data:
+            return
+        discarded += len(data)
+
+
 def _reply_and_close(conn: socket.socket, error: OpError) -> None:
     with contextlib.suppress(OSError):
         send_json(conn, error.to_json())
@@ -123,6 +138,8 @@ def _handle(
             handler(conn, request, ctx)
         except OpError as exc:
             send_json(conn, exc.to_json())
+            if op == "write_file":
+                _discard_upload(conn)
         except (BrokenPipeError, ConnectionResetError, FrameError):
             pass
         except OSError as exc:

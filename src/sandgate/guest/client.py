@@ -550,18 +550,25 @@ class GuestClient:
         the target is left untouched. Out of space is ``resource_exhausted``."""
         request = _with_user({"op": "write_file", "path": path, "metadata": metadata or {}}, user)
         conn = await _Connection.open(self.socket_path, request)
+        # The guest answers before EOF only to refuse the upload: stop sending when it does.
+        reply = asyncio.ensure_future(conn.read_reply())
         try:
             try:
                 async for chunk in _chunks(data):
+                    if reply.done():
+                        break
                     conn.writer.write(encode_frame(Kind.DATA, chunk))
                     await conn.writer.drain()
-                conn.writer.write(encode_frame(Kind.EOF))
-                await conn.writer.drain()
+                else:
+                    conn.writer.write(encode_frame(Kind.EOF))
+                    await conn.writer.drain()
             except OSError:
-                pass  # the guest stopped reading: its answer (an error) says why
-            reply = await conn.read_reply()
-            return EntryInfo.from_json(reply["entry"])
+                pass  # the guest stopped reading: its answer says why
+            return EntryInfo.from_json((await reply)["entry"])
         finally:
+            if reply.done() and not reply.cancelled():
+                reply.exception()  # retrieved: a failure was already raised or superseded
+            reply.cancel()
             conn.close()
 
     async def watch(

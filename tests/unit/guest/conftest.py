@@ -48,7 +48,15 @@ def _start(pyz: Path, workdir: Path, config: dict[str, Any]) -> RunningGuest:
     config_path.write_text(json.dumps(config))
     socket_path = workdir / "guest.sock"
     process = subprocess.Popen(
-        [sys.executable, "-I", str(pyz), "--socket", str(socket_path), "--config", str(config_path)],
+        [
+            sys.executable,
+            "-I",
+            str(pyz),
+            "--socket",
+            str(socket_path),
+            "--config",
+            str(config_path),
+        ],
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
     )

@@ -1,0 +1,169 @@
+"""Lifecycle against real Docker: restart survival, the reaper, nothing left behind, quotas."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+
+import docker
+import docker.errors
+import httpx
+import pytest
+
+from tests.fixtures.server import RunningServer, ServerFactory
+from tests.framework.envd import create, run
+
+pytestmark = pytest.mark.docker
+
+
+def _container_exists(sandbox_id: str) -> bool:
+    try:
+        docker.from_env().containers.get(f"sandgate-{sandbox_id}")
+    except docker.errors.NotFound:
+        return False
+    return True
+
+
+def _info(server: RunningServer, sandbox_id: str) -> httpx.Response:
+    return httpx.get(f"{server.url}/sandboxes/{sandbox_id}",
+                     headers={"X-API-Key": server.api_key})
+
+
+def _wait_until(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def test_kill_leaves_nothing_behind(sandgate_server: RunningServer) -> None:
+    created = create(sandgate_server.url, sandgate_server.api_key)
+    sandbox_id = created["sandboxID"]
+    host_dir = sandgate_server.home / "sandboxes" / sandbox_id
+    assert host_dir.is_dir() and _container_exists(sandbox_id)
+    response = httpx.delete(f"{sandgate_server.url}/sandboxes/{sandbox_id}",
+                            headers={"X-API-Key": sandgate_server.api_key})
+    assert response.status_code == 204
+    assert not _container_exists(sandbox_id)
+    assert not host_dir.exists()
+    assert _info(sandgate_server, sandbox_id).status_code == 404
+    health = httpx.get(f"{sandgate_server.url}/health",
+                       headers={"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": "49983"})
+    assert health.status_code == 502
+    assert health.json() == {"sandboxId": sandbox_id, "message": "The sandbox was not found",
+                             "code": 502}
+
+
+def test_reaper_kills_expired_sandboxes(sandgate_server: RunningServer) -> None:
+    created = create(sandgate_server.url, sandgate_server.api_key, timeout=2)
+    sandbox_id = created["sandboxID"]
+    _wait_until(lambda: _info(sandgate_server, sandbox_id).status_code == 404, 30,
+                "the reaper")
+    assert not _container_exists(sandbox_id)
+    assert not (sandgate_server.home / "sandboxes" / sandbox_id).exists()
+
+
+def test_connect_extends_but_never_shortens(sandgate_server: RunningServer) -> None:
+    created = create(sandgate_server.url, sandgate_server.api_key, timeout=600)
+    sandbox_id = created["sandboxID"]
+    before = datetime.fromisoformat(_info(sandgate_server, sandbox_id).json()["endAt"])
+    response = httpx.post(f"{sandgate_server.url}/v2/sandboxes/{sandbox_id}/connect",
+                          json={"timeout": 10}, headers={"X-API-Key": sandgate_server.api_key})
+    assert response.status_code == 200
+    assert response.json()["envdAccessToken"] == created["envdAccessToken"]
+    after = datetime.fromisoformat(_info(sandgate_server, sandbox_id).json()["endAt"])
+    assert after == before
+    response = httpx.post(f"{sandgate_server.url}/sandboxes/{sandbox_id}/connect",
+                          json={"timeout": 3600}, headers={"X-API-Key": sandgate_server.api_key})
+    assert response.status_code == 200
+    extended = datetime.fromisoformat(_info(sandgate_server, sandbox_id).json()["endAt"])
+    assert extended > after
+
+
+def test_sigkilled_gateway_finds_its_sandboxes_again(
+    sandgate_server_factory: ServerFactory,
+) -> None:
+    server = sandgate_server_factory()
+    keep = create(server.url, server.api_key, timeout=600)
+    expire = create(server.url, server.api_key, timeout=3)
+    expire_at = datetime.fromisoformat(_info(server, expire["sandboxID"]).json()["endAt"])
+    server.kill()
+    # Let the short-lived sandbox's deadline pass while no gateway runs.
+    _wait_until(lambda: datetime.now(expire_at.tzinfo) > expire_at, 30, "the deadline")
+    assert _container_exists(expire["sandboxID"]), "nothing may reap while the gateway is down"
+    server.restart()
+
+    result = run(server.url, keep["sandboxID"], keep["envdAccessToken"], "echo still-here")
+    assert result.stdout == "still-here\n"
+    assert _info(server, keep["sandboxID"]).status_code == 200
+    assert _info(server, expire["sandboxID"]).status_code == 404
+    assert not _container_exists(expire["sandboxID"])
+    assert not (server.home / "sandboxes" / expire["sandboxID"]).exists()
+
+
+def test_quota_per_team_names_the_limit(sandgate_server_factory: ServerFactory) -> None:
+    server = sandgate_server_factory(
+        extra_env={"SANDGATE_LIMITS__MAX_SANDBOXES_PER_TEAM": "1"}
+    )
+    create(server.url, server.api_key)
+    response = httpx.post(f"{server.url}/v2/sandboxes", json={"templateID": "base"},
+                          headers={"X-API-Key": server.api_key})
+    assert response.status_code == 429
+    assert "limits.max_sandboxes_per_team" in response.json()["message"]
+    assert response.json()["code"] == 429
+
+
+@pytest.mark.parametrize(
+    ("body", "setting"),
+    [({"cpuCount": 64}, "limits.max_cpu_count"), ({"memoryMB": 10**6}, "limits.max_memory_mb"),
+     ({"timeout": 10**9}, "limits.max_timeout_s")],
+)
+def test_resource_caps_answer_400(
+    sandgate_server: RunningServer, body: dict[str, int], setting: str
+) -> None:
+    response = httpx.post(f"{sandgate_server.url}/v2/sandboxes",
+                          json={"templateID": "base", **body},
+                          headers={"X-API-Key": sandgate_server.api_key})
+    assert response.status_code == 400
+    assert setting in response.json()["message"]
+
+
+def test_engine_unreachable_is_clear_and_leaves_no_row(
+    sandgate_server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    server = sandgate_server_factory()
+    server.stop()
+    server.server_env["SANDGATE_RUNTIME"] = "docker"
+    server.server_env["DOCKER_HOST"] = f"unix://{tmp_path}/no-docker.sock"
+    with pytest.raises(AssertionError, match="Docker engine"):
+        server.start()
+
+
+def test_create_with_engine_gone_leaves_no_row_and_no_directory(tmp_path: Path) -> None:
+    import asyncio
+
+    from sandgate.access import Principal, create_api_key
+    from sandgate.config import load_config
+    from sandgate.errors import RuntimeUnavailable
+    from sandgate.guest import build_zipapp
+    from sandgate.runtimes.docker import DockerRuntime
+    from sandgate.sandboxes import CreateRequest, SandboxService
+    from sandgate.sandboxes.catalog import register
+    from sandgate.store import Store
+    from sandgate.templates import BuiltTemplate
+
+    config = load_config(None, environ={"SANDGATE_HOME": str(tmp_path)})
+    store = Store.open(config.store_url)
+    register(store, BuiltTemplate("base", "sandgate/template-base:latest", "sha256:x", "d"))
+    key, _ = create_api_key(store, "t", "k")
+    runtime = DockerRuntime("test", base_url=f"unix://{tmp_path}/gone.sock")
+    service = SandboxService(config, store, runtime, instance_id="test",
+                             guest_zipapp=build_zipapp(tmp_path / "guest.pyz"))
+    request = CreateRequest(template="base", timeout_s=60, metadata={}, envs={})
+    with pytest.raises(RuntimeUnavailable, match="Docker engine unreachable"):
+        asyncio.run(service.create(Principal(key.team_id, key.id), request))
+    assert store.count_live() == 0
+    assert store.live_sandboxes() == []
+    assert list((tmp_path / "sandboxes").iterdir()) == []

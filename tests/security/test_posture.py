@@ -1,0 +1,127 @@
+"""Posture of a running Docker sandbox, read from the host and from inside (security.md
+ESC-01, ESC-02). The capability set is Sandgate's documented one (runtimes/docker.py)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from sandgate.runtimes.docker import GUEST_CAPABILITIES
+from tests.fixtures.server import RunningServer
+from tests.framework.envd import run
+
+pytestmark = pytest.mark.docker
+
+_CAP_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6,
+             "SETUID": 7}
+GUEST_MASK = sum(1 << _CAP_BITS[name] for name in GUEST_CAPABILITIES)
+
+
+def _status(pid: int) -> dict[str, str]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return fields
+
+
+def _container(sandbox_id: str) -> Any:
+    return docker.from_env().containers.get(f"sandgate-{sandbox_id}")
+
+
+def _cgroup_file(pid: int, controller: str, name: str) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2
+            return (Path("/sys/fs/cgroup") / path.lstrip("/") / name).read_text().strip()
+        if controller in controllers.split(","):
+            base = Path("/sys/fs/cgroup") / controllers
+            return (base / path.lstrip("/") / name).read_text().strip()
+    raise AssertionError(f"no {controller} cgroup for pid {pid}")
+
+
+def test_ESC_01_host_side_posture(sandbox: dict[str, Any]) -> None:
+    container = _container(sandbox["sandboxID"])
+    host = container.attrs["HostConfig"]
+    pid = int(container.attrs["State"]["Pid"])
+
+    status = _status(pid)
+    assert int(status["CapEff"], 16) == GUEST_MASK
+    assert int(status["CapPrm"], 16) == GUEST_MASK
+    assert int(status["CapBnd"], 16) == GUEST_MASK
+    assert int(status["CapAmb"], 16) == 0
+    assert status["NoNewPrivs"] == "1"
+    assert status["Seccomp"] == "2"
+
+    # The test process stands for the host (PID 1 of the host may not be readable here).
+    for ns in ("mnt", "pid", "net", "ipc", "uts", "cgroup"):
+        assert Path(f"/proc/{pid}/ns/{ns}").readlink() != Path(f"/proc/self/ns/{ns}").readlink(), ns
+
+    # Leaky Vessels precondition: init must hold no inherited directory descriptors.
+    assert sorted(int(fd.name) for fd in Path(f"/proc/{pid}/fd").iterdir()) == [0, 1, 2]
+
+    assert host["Privileged"] is False
+    assert host["ReadonlyRootfs"] is True
+    assert host["NetworkMode"] == "none"
+    assert host["CapDrop"] == ["ALL"]
+    assert sorted(host["CapAdd"]) == sorted(GUEST_CAPABILITIES)
+    assert "no-new-privileges:true" in host["SecurityOpt"]
+    assert host["Init"] is True
+    assert host["IpcMode"] == "private"
+    assert not host.get("Devices")
+    assert host["PidsLimit"] == 256
+    assert host["Memory"] == host["MemorySwap"] == 512 * 1024 * 1024
+    mounts = container.attrs["Mounts"]
+    binds = [m for m in mounts if m["Type"] == "bind"]
+    assert [m["Destination"] for m in binds] == ["/run/sandgate"]
+    assert binds[0]["Source"].endswith(f"/sandboxes/{sandbox['sandboxID']}")
+
+    assert int(_cgroup_file(pid, "pids", "pids.max")) == 256
+    memory = (_cgroup_file(pid, "memory", "memory.limit_in_bytes")
+              if Path("/sys/fs/cgroup/memory").exists()
+              else _cgroup_file(pid, "memory", "memory.max"))
+    assert int(memory) == 512 * 1024 * 1024
+    limits = Path(f"/proc/{pid}/limits").read_text()
+    assert re.search(r"Max open files\s+1024\s+1024", limits)
+    assert re.search(r"Max core file size\s+0\s+0", limits)
+
+
+def test_ESC_02_inside_posture_of_user_commands(
+    sandgate_server: RunningServer, sandbox: dict[str, Any]
+) -> None:
+    result = run(
+        sandgate_server.url, sandbox["sandboxID"], sandbox["envdAccessToken"],
+        "grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; id -u; "
+        "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '",
+    )
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.split()
+    fields = dict(zip(lines[0:10:2], lines[1:10:2], strict=True))
+    assert int(fields["CapEff:"], 16) == 0
+    assert int(fields["CapPrm:"], 16) == 0
+    assert int(fields["CapBnd:"], 16) == GUEST_MASK
+    assert fields["NoNewPrivs:"] == "1"
+    assert fields["Seccomp:"] == "2"
+    assert lines[10] == "1000"
+    assert lines[11:] == ["lo"], "the only network interface is loopback"
+
+
+def test_ESC_02_root_commands_stay_bounded(
+    sandgate_server: RunningServer, sandbox: dict[str, Any]
+) -> None:
+    result = run(
+        sandgate_server.url, sandbox["sandboxID"], sandbox["envdAccessToken"],
+        "id -u; grep CapBnd /proc/self/status; touch /usr/evil 2>&1; "
+        "mount -t tmpfs x /mnt 2>&1; echo done",
+        user="root",
+    )
+    assert result.stdout.splitlines()[0] == "0"
+    assert int(result.stdout.splitlines()[1].split()[1], 16) == GUEST_MASK
+    assert "Read-only file system" in result.stdout
+    assert "permission denied" in result.stdout.lower() or "not permitted" in result.stdout
+    assert subprocess.run(["test", "-e", "/usr/evil"]).returncode != 0
