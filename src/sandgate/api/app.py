@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandgate.api.e2b import build_control_router, build_envd_app
 from sandgate.api.errors import e2b_error, e2b_error_response
+from sandgate.api.ports import PortProxy
 from sandgate.api.routing import Router
 from sandgate.config import Config
 from sandgate.errors import SandgateError
@@ -62,6 +63,7 @@ class Application:
             BodyLimit(control, config.server.max_json_body_bytes),
             build_envd_app(),
             self.sandboxes,
+            ports=PortProxy(),
         )
 
     @asynccontextmanager

@@ -33,7 +33,7 @@ from ._config import GuestConfig
 from ._errors import OpError
 from ._files import FILE_OPS
 from ._log import log
-from ._process import Process, ProcessTable, SpawnSpec, decode_input
+from ._process import SUBSCRIBER_HIGH_WATER, Process, ProcessTable, SpawnSpec, decode_input
 from ._users import User, lookup_user
 from ._worker import MAX_WORKER_MESSAGE, run_worker
 from .protocol import FRAME_HEADER, MAX_REQUEST, PROTOCOL_VERSION, Kind, decode_json, encode_json
@@ -254,35 +254,44 @@ class Daemon:
 
     async def op_spawn(self, conn: socket.socket, request: dict[str, Any]) -> None:
         spec = SpawnSpec.from_request(request)
-        proc = self.processes.spawn(spec, self.user(request))
-        await self._stream(conn, proc)
-
-    async def op_connect(self, conn: socket.socket, request: dict[str, Any]) -> None:
-        await self._stream(conn, self.processes.find(request))
-
-    async def _stream(self, conn: socket.socket, proc: Process) -> None:
-        """Sends start, live output and end; the client leaving only unsubscribes it."""
+        user = self.user(request)
         reader, writer = await asyncio.open_unix_connection(sock=conn)
         try:
-            writer.write(encode_json({"ev": "start", "pid": proc.pid}))
-            if proc.end is not None:
-                writer.write(encode_json(proc.end))
-            else:
-                proc.subscribers.add(writer)
-                ended = asyncio.ensure_future(proc.ended.wait())
-                gone = asyncio.ensure_future(reader.read(1))
-                try:
-                    await asyncio.wait({ended, gone}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    proc.subscribers.discard(writer)
-                    ended.cancel()
-                    gone.cancel()
-                if not proc.ended.is_set():
-                    writer.transport.abort()
-                    return
-            writer.close()
-            await asyncio.wait_for(writer.wait_closed(), _CLOSE_TIMEOUT_S)
-        except (TimeoutError, OSError):
+            # No await between spawning and subscribing: the first output must not be missed.
+            proc = self.processes.spawn(spec, user)
+        except OpError as exc:
+            writer.write(encode_json(exc.to_json()))
+            await _close(writer)
+            return
+        await self._stream(reader, writer, proc)
+
+    async def op_connect(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        proc = self.processes.find(request)
+        reader, writer = await asyncio.open_unix_connection(sock=conn)
+        await self._stream(reader, writer, proc)
+
+    async def _stream(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, proc: Process
+    ) -> None:
+        """Sends start, live output and end; the client leaving only unsubscribes it."""
+        writer.transport.set_write_buffer_limits(high=SUBSCRIBER_HIGH_WATER)
+        writer.write(encode_json({"ev": "start", "pid": proc.pid}))
+        if proc.end is not None:
+            writer.write(encode_json(proc.end))
+            await _close(writer)
+            return
+        proc.subscribers.add(writer)
+        ended = asyncio.ensure_future(proc.ended.wait())
+        gone = asyncio.ensure_future(reader.read(1))
+        try:
+            await asyncio.wait({ended, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            proc.subscribers.discard(writer)
+            ended.cancel()
+            gone.cancel()
+        if proc.ended.is_set():
+            await _close(writer)
+        else:
             writer.transport.abort()
 
     async def op_tunnel(self, conn: socket.socket, request: dict[str, Any]) -> None:
@@ -300,6 +309,15 @@ class Daemon:
             up_writer.close()
             raise
         await _splice(reader, writer, up_reader, up_writer)
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    """Closes after the buffered frames are sent, or aborts if the client stops reading."""
+    writer.close()
+    try:
+        await asyncio.wait_for(writer.wait_closed(), _CLOSE_TIMEOUT_S)
+    except (TimeoutError, OSError):
+        writer.transport.abort()
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -1,6 +1,14 @@
 """Sandbox lifecycle, reaper, reattach and data-plane routing."""
 
+from sandgate.sandboxes.hooks import SandboxHook
 from sandgate.sandboxes.service import CreateRequest, Route, SandboxService
 from sandgate.sandboxes.state import SandboxState, check_transition
 
-__all__ = ["CreateRequest", "Route", "SandboxService", "SandboxState", "check_transition"]
+__all__ = [
+    "CreateRequest",
+    "Route",
+    "SandboxHook",
+    "SandboxService",
+    "SandboxState",
+    "check_transition",
+]

@@ -14,7 +14,7 @@ import json
 import secrets
 import shutil
 import string
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -35,6 +35,7 @@ from sandgate.errors import (
 )
 from sandgate.guest.client import GuestClient, GuestError, GuestUnavailable
 from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec
+from sandgate.sandboxes.hooks import SandboxHook
 from sandgate.sandboxes.state import SandboxState, check_transition
 from sandgate.store import LIVE_STATES, Sandbox, SandboxPage, Store
 
@@ -81,6 +82,7 @@ class SandboxService:
         *,
         instance_id: str,
         guest_zipapp: Path,
+        hooks: Sequence[SandboxHook] = (),
     ) -> None:
         self._config = config
         self._limits = config.limits
@@ -88,6 +90,7 @@ class SandboxService:
         self._runtime = runtime
         self._instance_id = instance_id
         self._guest_zipapp = guest_zipapp
+        self._hooks = list(hooks)
         self._root = config.home_dir / "sandboxes"
         self._routes: dict[str, Route] = {}
         self._admission = asyncio.Lock()
@@ -154,7 +157,12 @@ class SandboxService:
             self._check_quotas(principal.team_id)
             self._store.add_sandbox(row)
         try:
-            host_dir = self._prepare_host_dir(row.id, request.envs)
+            host_dir = self._root / row.id
+            host_dir.mkdir(parents=True, mode=0o755)
+            extra_envs: dict[str, str] = {}
+            for hook in self._hooks:
+                extra_envs.update(await hook.attach(row, host_dir))
+            self._prepare_host_dir(host_dir, {**extra_envs, **request.envs})
             spec = SandboxSpec(
                 sandbox_id=row.id,
                 image_ref=template.image_ref,
@@ -288,6 +296,8 @@ class SandboxService:
                     self._routes[adopted.id] = Route(
                         adopted.id, adopted.access_token, self._guest(adopted.id)
                     )
+                    for hook in self._hooks:
+                        await hook.attach(adopted, self._root / adopted.id)
                 log.info("sandbox.reattached", sandbox=found.sandbox_id)
                 continue
             await self._terminate(found.sandbox_id, reason="expired or lost during restart")
@@ -324,6 +334,7 @@ class SandboxService:
         if row is not None and row.state in LIVE_STATES:
             check_transition(sandbox_id, SandboxState(row.state), SandboxState.KILLED)
         await self._runtime.kill(sandbox_id)
+        await self._detach(sandbox_id)
         shutil.rmtree(self._root / sandbox_id, ignore_errors=True)
         if row is not None:
             self._store.update_sandbox(
@@ -336,18 +347,20 @@ class SandboxService:
         self._routes.pop(sandbox_id, None)
         with contextlib.suppress(SandgateError):
             await self._runtime.kill(sandbox_id)
+        await self._detach(sandbox_id)
         shutil.rmtree(self._root / sandbox_id, ignore_errors=True)
         self._store.delete_sandbox(sandbox_id)
 
-    def _prepare_host_dir(self, sandbox_id: str, envs: Mapping[str, str]) -> Path:
-        host_dir = self._root / sandbox_id
-        host_dir.mkdir(parents=True, mode=0o755)
+    def _prepare_host_dir(self, host_dir: Path, envs: Mapping[str, str]) -> None:
         # SECURITY: a copy, not a link: the sandbox's root may write to this directory, and
         # must not be able to alter the guest code other sandboxes run.
         shutil.copyfile(self._guest_zipapp, host_dir / "guest.pyz")
         guest_config = {"envs": dict(envs), "default_user": "user", "default_workdir": None}
         (host_dir / "guest.json").write_text(json.dumps(guest_config))
-        return host_dir
+
+    async def _detach(self, sandbox_id: str) -> None:
+        for hook in self._hooks:
+            await hook.detach(sandbox_id)
 
     def _guest(self, sandbox_id: str) -> GuestClient:
         return GuestClient(self._root / sandbox_id / "guest.sock")
