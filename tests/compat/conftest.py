@@ -8,11 +8,15 @@ session's ``sandgate_server`` (registered by the root ``tests/conftest.py``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from tests.fixtures.server import RunningServer
 
 from .clients import CLIENTS, PreparedClient, prepare
+
+SERVER_LOG_TAIL_LINES = 80
 
 
 @pytest.fixture(scope="session", params=[spec.name for spec in CLIENTS])
@@ -24,3 +28,14 @@ def client(request: pytest.FixtureRequest) -> PreparedClient:
 @pytest.fixture(scope="session")
 def e2b_env(sandgate_server: RunningServer) -> dict[str, str]:
     return dict(sandgate_server.env)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Attaches the tail of the server's log to a failed compat test's report."""
+    report = yield
+    server = getattr(item, "funcargs", {}).get("sandgate_server")
+    if report.failed and isinstance(server, RunningServer):
+        tail = "\n".join(server.log_text().splitlines()[-SERVER_LOG_TAIL_LINES:])
+        report.sections.append(("sandgate server log (tail)", tail))
+    return report

@@ -28,7 +28,12 @@ def envd_headers(sandbox_id: str, token: str | None) -> dict[str, str]:
 
 
 def run(
-    url: str, sandbox_id: str, token: str | None, command: str, *, user: str | None = None,
+    url: str,
+    sandbox_id: str,
+    token: str | None,
+    command: str,
+    *,
+    user: str | None = None,
     timeout_ms: int | None = None,
 ) -> CommandResult:
     """Runs ``bash -l -c command`` like ``commands.run`` does and collects its output."""
@@ -45,8 +50,7 @@ def run(
     if timeout_ms is not None:
         headers["connect-timeout-ms"] = str(timeout_ms)
     body = struct.pack(">BI", 0, len(payload)) + payload
-    response = httpx.post(f"{url}/process.Process/Start", content=body, headers=headers,
-                          timeout=60)
+    response = httpx.post(f"{url}/process.Process/Start", content=body, headers=headers, timeout=60)
     if response.status_code != 200:
         raise AssertionError(f"Start answered {response.status_code}: {response.text}")
     data = response.content
@@ -72,8 +76,9 @@ def run(
 
 def create(url: str, api_key: str, **body: Any) -> dict[str, Any]:
     payload = {"templateID": "base", **body}
-    response = httpx.post(f"{url}/v2/sandboxes", json=payload,
-                          headers={"X-API-Key": api_key}, timeout=120)
+    response = httpx.post(
+        f"{url}/v2/sandboxes", json=payload, headers={"X-API-Key": api_key}, timeout=120
+    )
     if response.status_code != 201:
         raise AssertionError(f"create answered {response.status_code}: {response.text}")
     result: dict[str, Any] = response.json()

@@ -26,8 +26,7 @@ def _container_exists(sandbox_id: str) -> bool:
 
 
 def _info(server: RunningServer, sandbox_id: str) -> httpx.Response:
-    return httpx.get(f"{server.url}/sandboxes/{sandbox_id}",
-                     headers={"X-API-Key": server.api_key})
+    return httpx.get(f"{server.url}/sandboxes/{sandbox_id}", headers={"X-API-Key": server.api_key})
 
 
 def _wait_until(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -43,24 +42,30 @@ def test_kill_leaves_nothing_behind(sandgate_server: RunningServer) -> None:
     sandbox_id = created["sandboxID"]
     host_dir = sandgate_server.home / "sandboxes" / sandbox_id
     assert host_dir.is_dir() and _container_exists(sandbox_id)
-    response = httpx.delete(f"{sandgate_server.url}/sandboxes/{sandbox_id}",
-                            headers={"X-API-Key": sandgate_server.api_key})
+    response = httpx.delete(
+        f"{sandgate_server.url}/sandboxes/{sandbox_id}",
+        headers={"X-API-Key": sandgate_server.api_key},
+    )
     assert response.status_code == 204
     assert not _container_exists(sandbox_id)
     assert not host_dir.exists()
     assert _info(sandgate_server, sandbox_id).status_code == 404
-    health = httpx.get(f"{sandgate_server.url}/health",
-                       headers={"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": "49983"})
+    health = httpx.get(
+        f"{sandgate_server.url}/health",
+        headers={"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": "49983"},
+    )
     assert health.status_code == 502
-    assert health.json() == {"sandboxId": sandbox_id, "message": "The sandbox was not found",
-                             "code": 502}
+    assert health.json() == {
+        "sandboxId": sandbox_id,
+        "message": "The sandbox was not found",
+        "code": 502,
+    }
 
 
 def test_reaper_kills_expired_sandboxes(sandgate_server: RunningServer) -> None:
     created = create(sandgate_server.url, sandgate_server.api_key, timeout=2)
     sandbox_id = created["sandboxID"]
-    _wait_until(lambda: _info(sandgate_server, sandbox_id).status_code == 404, 30,
-                "the reaper")
+    _wait_until(lambda: _info(sandgate_server, sandbox_id).status_code == 404, 30, "the reaper")
     assert not _container_exists(sandbox_id)
     assert not (sandgate_server.home / "sandboxes" / sandbox_id).exists()
 
@@ -69,14 +74,20 @@ def test_connect_extends_but_never_shortens(sandgate_server: RunningServer) -> N
     created = create(sandgate_server.url, sandgate_server.api_key, timeout=600)
     sandbox_id = created["sandboxID"]
     before = datetime.fromisoformat(_info(sandgate_server, sandbox_id).json()["endAt"])
-    response = httpx.post(f"{sandgate_server.url}/v2/sandboxes/{sandbox_id}/connect",
-                          json={"timeout": 10}, headers={"X-API-Key": sandgate_server.api_key})
+    response = httpx.post(
+        f"{sandgate_server.url}/v2/sandboxes/{sandbox_id}/connect",
+        json={"timeout": 10},
+        headers={"X-API-Key": sandgate_server.api_key},
+    )
     assert response.status_code == 200
     assert response.json()["envdAccessToken"] == created["envdAccessToken"]
     after = datetime.fromisoformat(_info(sandgate_server, sandbox_id).json()["endAt"])
     assert after == before
-    response = httpx.post(f"{sandgate_server.url}/sandboxes/{sandbox_id}/connect",
-                          json={"timeout": 3600}, headers={"X-API-Key": sandgate_server.api_key})
+    response = httpx.post(
+        f"{sandgate_server.url}/sandboxes/{sandbox_id}/connect",
+        json={"timeout": 3600},
+        headers={"X-API-Key": sandgate_server.api_key},
+    )
     assert response.status_code == 200
     extended = datetime.fromisoformat(_info(sandgate_server, sandbox_id).json()["endAt"])
     assert extended > after
@@ -104,12 +115,13 @@ def test_sigkilled_gateway_finds_its_sandboxes_again(
 
 
 def test_quota_per_team_names_the_limit(sandgate_server_factory: ServerFactory) -> None:
-    server = sandgate_server_factory(
-        extra_env={"SANDGATE_LIMITS__MAX_SANDBOXES_PER_TEAM": "1"}
-    )
+    server = sandgate_server_factory(extra_env={"SANDGATE_LIMITS__MAX_SANDBOXES_PER_TEAM": "1"})
     create(server.url, server.api_key)
-    response = httpx.post(f"{server.url}/v2/sandboxes", json={"templateID": "base"},
-                          headers={"X-API-Key": server.api_key})
+    response = httpx.post(
+        f"{server.url}/v2/sandboxes",
+        json={"templateID": "base"},
+        headers={"X-API-Key": server.api_key},
+    )
     assert response.status_code == 429
     assert "limits.max_sandboxes_per_team" in response.json()["message"]
     assert response.json()["code"] == 429
@@ -117,15 +129,20 @@ def test_quota_per_team_names_the_limit(sandgate_server_factory: ServerFactory) 
 
 @pytest.mark.parametrize(
     ("body", "setting"),
-    [({"cpuCount": 64}, "limits.max_cpu_count"), ({"memoryMB": 10**6}, "limits.max_memory_mb"),
-     ({"timeout": 10**9}, "limits.max_timeout_s")],
+    [
+        ({"cpuCount": 64}, "limits.max_cpu_count"),
+        ({"memoryMB": 10**6}, "limits.max_memory_mb"),
+        ({"timeout": 10**9}, "limits.max_timeout_s"),
+    ],
 )
 def test_resource_caps_answer_400(
     sandgate_server: RunningServer, body: dict[str, int], setting: str
 ) -> None:
-    response = httpx.post(f"{sandgate_server.url}/v2/sandboxes",
-                          json={"templateID": "base", **body},
-                          headers={"X-API-Key": sandgate_server.api_key})
+    response = httpx.post(
+        f"{sandgate_server.url}/v2/sandboxes",
+        json={"templateID": "base", **body},
+        headers={"X-API-Key": sandgate_server.api_key},
+    )
     assert response.status_code == 400
     assert setting in response.json()["message"]
 
@@ -159,8 +176,13 @@ def test_create_with_engine_gone_leaves_no_row_and_no_directory(tmp_path: Path) 
     register(store, BuiltTemplate("base", "sandgate/template-base:latest", "sha256:x", "d"))
     key, _ = create_api_key(store, "t", "k")
     runtime = DockerRuntime("test", base_url=f"unix://{tmp_path}/gone.sock")
-    service = SandboxService(config, store, runtime, instance_id="test",
-                             guest_zipapp=build_zipapp(tmp_path / "guest.pyz"))
+    service = SandboxService(
+        config,
+        store,
+        runtime,
+        instance_id="test",
+        guest_zipapp=build_zipapp(tmp_path / "guest.pyz"),
+    )
     request = CreateRequest(template="base", timeout_s=60, metadata={}, envs={})
     with pytest.raises(RuntimeUnavailable, match="Docker engine unreachable"):
         asyncio.run(service.create(Principal(key.team_id, key.id), request))

@@ -17,8 +17,15 @@ from tests.framework.envd import run
 
 pytestmark = pytest.mark.docker
 
-_CAP_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6,
-             "SETUID": 7}
+_CAP_BITS = {
+    "CHOWN": 0,
+    "DAC_OVERRIDE": 1,
+    "FOWNER": 3,
+    "FSETID": 4,
+    "KILL": 5,
+    "SETGID": 6,
+    "SETUID": 7,
+}
 GUEST_MASK = sum(1 << _CAP_BITS[name] for name in GUEST_CAPABILITIES)
 
 
@@ -82,9 +89,11 @@ def test_ESC_01_host_side_posture(sandbox: dict[str, Any]) -> None:
     assert binds[0]["Source"].endswith(f"/sandboxes/{sandbox['sandboxID']}")
 
     assert int(_cgroup_file(pid, "pids", "pids.max")) == 256
-    memory = (_cgroup_file(pid, "memory", "memory.limit_in_bytes")
-              if Path("/sys/fs/cgroup/memory").exists()
-              else _cgroup_file(pid, "memory", "memory.max"))
+    memory = (
+        _cgroup_file(pid, "memory", "memory.limit_in_bytes")
+        if Path("/sys/fs/cgroup/memory").exists()
+        else _cgroup_file(pid, "memory", "memory.max")
+    )
     assert int(memory) == 512 * 1024 * 1024
     limits = Path(f"/proc/{pid}/limits").read_text()
     assert re.search(r"Max open files\s+1024\s+1024", limits)
@@ -95,7 +104,9 @@ def test_ESC_02_inside_posture_of_user_commands(
     sandgate_server: RunningServer, sandbox: dict[str, Any]
 ) -> None:
     result = run(
-        sandgate_server.url, sandbox["sandboxID"], sandbox["envdAccessToken"],
+        sandgate_server.url,
+        sandbox["sandboxID"],
+        sandbox["envdAccessToken"],
         "grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; id -u; "
         "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '",
     )
@@ -115,7 +126,9 @@ def test_ESC_02_root_commands_stay_bounded(
     sandgate_server: RunningServer, sandbox: dict[str, Any]
 ) -> None:
     result = run(
-        sandgate_server.url, sandbox["sandboxID"], sandbox["envdAccessToken"],
+        sandgate_server.url,
+        sandbox["sandboxID"],
+        sandbox["envdAccessToken"],
         "id -u; grep CapBnd /proc/self/status; touch /usr/evil 2>&1; "
         "mount -t tmpfs x /mnt 2>&1; echo done",
         user="root",

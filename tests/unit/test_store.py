@@ -30,8 +30,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         return
     base = _postgres_url()
     name = "sg_test_" + secrets.token_hex(4)
-    admin = create_engine(base.replace("postgresql://", "postgresql+psycopg://"),
-                          isolation_level="AUTOCOMMIT")
+    admin = create_engine(
+        base.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
+    )
     with admin.connect() as conn:
         conn.execute(text(f"CREATE DATABASE {name}"))
     opened = Store.open(base.rsplit("/", 1)[0] + "/" + name)
@@ -44,11 +45,24 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 def _sandbox(team_id: str, sandbox_id: str, started: datetime, **extra: object) -> Sandbox:
     values: dict[str, object] = dict(
-        id=sandbox_id, team_id=team_id, api_key_id=None, template_id="t", alias="base",
-        state="running", runtime="docker", runtime_ref=None, access_token="tok",
-        metadata_={}, cpu_count=1, memory_mb=512, disk_size_mb=1024, envd_version="0.6.4",
-        allow_internet_access=False, started_at=started,
-        end_at=started + timedelta(seconds=300), ended_at=None,
+        id=sandbox_id,
+        team_id=team_id,
+        api_key_id=None,
+        template_id="t",
+        alias="base",
+        state="running",
+        runtime="docker",
+        runtime_ref=None,
+        access_token="tok",
+        metadata_={},
+        cpu_count=1,
+        memory_mb=512,
+        disk_size_mb=1024,
+        envd_version="0.6.4",
+        allow_internet_access=False,
+        started_at=started,
+        end_at=started + timedelta(seconds=300),
+        ended_at=None,
     )
     values.update(extra)
     return Sandbox(**values)
@@ -78,14 +92,21 @@ def test_list_pages_newest_first_with_metadata_filter(store: Store) -> None:
     team = store.get_or_create_team("t1", "team_t1", datetime.now(UTC))
     base = datetime(2026, 1, 1, tzinfo=UTC)
     for i in range(5):
-        store.add_sandbox(_sandbox(team.id, f"sbx{i}", base + timedelta(seconds=i),
-                                   metadata_={"suite": "a" if i % 2 == 0 else "b"}))
+        store.add_sandbox(
+            _sandbox(
+                team.id,
+                f"sbx{i}",
+                base + timedelta(seconds=i),
+                metadata_={"suite": "a" if i % 2 == 0 else "b"},
+            )
+        )
     first = store.list_sandboxes(team.id, ["running"], {"suite": "a"}, 2, None)
     assert [s.id for s in first.sandboxes] == ["sbx4", "sbx2"]
     assert first.next_token is not None
     started, last = first.next_token.split("|")
-    second = store.list_sandboxes(team.id, ["running"], {"suite": "a"}, 2,
-                                  (datetime.fromisoformat(started), last))
+    second = store.list_sandboxes(
+        team.id, ["running"], {"suite": "a"}, 2, (datetime.fromisoformat(started), last)
+    )
     assert [s.id for s in second.sandboxes] == ["sbx0"]
     assert second.next_token is None
 

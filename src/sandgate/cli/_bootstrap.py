@@ -39,7 +39,8 @@ def ensure_shipped_templates(config: Config, store: Store, *, build: bool) -> No
         for name in SHIPPED_TEMPLATES:
             built = probe.status(name)
             if built is not None:
-                register(store, built)
+                labels = client.images.get(built.image_id).labels or {}
+                register(store, built, labels=labels)
             else:
                 err_console.print(
                     f"template {name} is not built: `sandgate templates build {name}`"

@@ -1,5 +1,23 @@
 """Configuration: one validated file plus environment overrides."""
 
+from sandgate.config._gateway import (
+    AgentConfig,
+    ApprovalsConfig,
+    ArgCondition,
+    AuditConfig,
+    BuiltinTool,
+    ExecTool,
+    HttpTool,
+    McpTool,
+    PolicyConfig,
+    PolicyRule,
+    PythonTool,
+    RateLimit,
+    SecretSource,
+    SubjectMatch,
+    TimeWindow,
+    ToolConfig,
+)
 from sandgate.config._load import load_config
 from sandgate.config._model import (
     Config,
@@ -13,13 +31,29 @@ from sandgate.config._model import (
 )
 
 __all__ = [
+    "AgentConfig",
+    "ApprovalsConfig",
+    "ArgCondition",
+    "AuditConfig",
+    "BuiltinTool",
     "Config",
     "DockerConfig",
+    "ExecTool",
+    "HttpTool",
     "LimitsConfig",
     "LoggingConfig",
+    "McpTool",
+    "PolicyConfig",
+    "PolicyRule",
+    "PythonTool",
+    "RateLimit",
     "RuntimeConfig",
+    "SecretSource",
     "ServerConfig",
     "StoreConfig",
+    "SubjectMatch",
     "TemplatesConfig",
+    "TimeWindow",
+    "ToolConfig",
     "load_config",
 ]

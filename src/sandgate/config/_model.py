@@ -7,6 +7,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sandgate.config._gateway import (
+    AgentConfig,
+    ApprovalsConfig,
+    AuditConfig,
+    PolicyConfig,
+    SecretSource,
+    ToolConfig,
+    check_gateway_references,
+)
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -97,6 +107,18 @@ class Config(_Section):
     limits: LimitsConfig = LimitsConfig()
     templates: TemplatesConfig = TemplatesConfig()
     logging: LoggingConfig = LoggingConfig()
+    # Tool gateway (config/_gateway.py).
+    tools: list[ToolConfig] = Field(default_factory=list)
+    policy: PolicyConfig = PolicyConfig()
+    approvals: ApprovalsConfig = ApprovalsConfig()
+    secrets: dict[str, SecretSource] = Field(default_factory=dict)
+    audit: AuditConfig = AuditConfig()
+    agents: list[AgentConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _gateway_references(self) -> Config:
+        check_gateway_references(self.tools, self.secrets)
+        return self
 
     @property
     def home_dir(self) -> Path:

@@ -28,7 +28,22 @@ def template_id(name: str) -> str:
     return hashlib.sha256(name.encode()).hexdigest()[:20]
 
 
-def register(store: Store, built: BuiltImage, *, cpu_count: int = 1, memory_mb: int = 512) -> None:
+#: Image labels a template uses to declare its start command and readiness port.
+START_CMD_LABEL = "sandgate.template.start_cmd"
+READY_PORT_LABEL = "sandgate.template.ready_port"
+
+
+def register(
+    store: Store,
+    built: BuiltImage,
+    *,
+    labels: dict[str, str] | None = None,
+    cpu_count: int = 1,
+    memory_mb: int = 512,
+) -> None:
+    """Records a built template; ``labels`` are its image's labels (start command, port)."""
+    labels = labels or {}
+    ready_port = labels.get(READY_PORT_LABEL)
     now = datetime.now(UTC)
     store.upsert_template(
         Template(
@@ -40,6 +55,8 @@ def register(store: Store, built: BuiltImage, *, cpu_count: int = 1, memory_mb: 
             envd_version=ENVD_VERSION,
             cpu_count=cpu_count,
             memory_mb=memory_mb,
+            start_cmd=labels.get(START_CMD_LABEL) or None,
+            ready_port=int(ready_port) if ready_port and ready_port.isdigit() else None,
             public=True,
             created_at=now,
             updated_at=now,

@@ -48,6 +48,7 @@ _ID_ALPHABET = string.ascii_lowercase + string.digits
 #: never credentials anyway.
 _ID_LENGTH = 25
 _READY_TIMEOUT_S = 30.0
+_SERVICE_READY_TIMEOUT_S = 60.0
 _REAP_INTERVAL_S = 1.0
 
 
@@ -177,6 +178,7 @@ class SandboxService:
             )
             ref = await self._runtime.create(spec)
             await self._wait_ready(row.id)
+            await self._start_template_service(row.id, template.start_cmd, template.ready_port)
         except BaseException:
             await self._discard(row.id)
             raise
@@ -383,6 +385,35 @@ class SandboxService:
                     ) from None
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
+
+    async def _start_template_service(
+        self, sandbox_id: str, start_cmd: str | None, ready_port: int | None
+    ) -> None:
+        """Starts the template's service (e.g. the code interpreter) and waits for its port."""
+        guest = self._guest(sandbox_id)
+        if start_cmd:
+            stream = await guest.spawn(
+                "/bin/bash", ["-l", "-c", start_cmd], tag="sandgate:start", stdin=False
+            )
+            await stream.aclose()  # the service keeps running; we only drop its output
+        if ready_port is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _SERVICE_READY_TIMEOUT_S
+        delay = 0.01
+        while True:
+            try:
+                _, writer = await guest.tunnel(ready_port)
+                writer.close()
+                return
+            except GuestError:
+                if loop.time() > deadline:
+                    raise SandboxUnavailable(
+                        f"the template's service did not open port {ready_port} within "
+                        f"{_SERVICE_READY_TIMEOUT_S:.0f}s"
+                    ) from None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
     async def _guest_alive(self, sandbox_id: str) -> bool:
         try:

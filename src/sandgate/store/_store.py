@@ -56,7 +56,7 @@ class Store:
         try:
             with self.engine.begin() as connection:
                 cfg.attributes["connection"] = connection
-                command.upgrade(cfg, "head")
+                command.upgrade(cfg, "heads")
         except OperationalError as exc:
             raise RuntimeUnavailable(
                 f"cannot open the database ({exc.orig}); check store.url"
@@ -113,7 +113,15 @@ class Store:
             if existing is None:
                 s.add(template)
                 return template
-            for column in ("image_ref", "image_id", "digest", "envd_version", "updated_at"):
+            for column in (
+                "image_ref",
+                "image_id",
+                "digest",
+                "envd_version",
+                "start_cmd",
+                "ready_port",
+                "updated_at",
+            ):
                 setattr(existing, column, getattr(template, column))
             return existing
 

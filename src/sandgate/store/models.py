@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -64,6 +64,10 @@ class Template(Base):
     envd_version: Mapped[str] = mapped_column(String(32))
     cpu_count: Mapped[int] = mapped_column(Integer)
     memory_mb: Mapped[int] = mapped_column(Integer)
+    #: Started (``bash -l -c``, as the default user) once the guest is up, e.g. a kernel server.
+    start_cmd: Mapped[str | None] = mapped_column(Text)
+    #: A port inside the sandbox that must accept connections before create returns.
+    ready_port: Mapped[int | None] = mapped_column(Integer)
     public: Mapped[bool]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]

@@ -8,9 +8,12 @@ template's Dockerfile with ``BASE_IMAGE=<starting image id>``. Results are tagge
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
-from collections.abc import Iterable
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -184,8 +187,31 @@ class TemplateBuilder:
             return BaseImage(parent.image_ref, parent.image_id, offline=False)
         return self._resolver.find_local(self._packages(spec))
 
+    @contextlib.contextmanager
+    def _staged_context(self, spec: TemplateSpec) -> Iterator[Path]:
+        """The build context with ``spec.vendored`` packages copied in (a temporary copy),
+        or the context itself when nothing is vendored."""
+        if not spec.vendored:
+            yield self._context(spec)
+            return
+        package_dir = Path(__file__).resolve().parent.parent
+        with tempfile.TemporaryDirectory(prefix="sandgate-context-") as tmp:
+            staged = Path(tmp) / "context"
+            shutil.copytree(self._context(spec), staged, symlinks=True)
+            vendor = staged / "_vendor" / "sandgate"
+            vendor.mkdir(parents=True)
+            (vendor / "__init__.py").write_text('"""Sandgate modules vendored into a template."""\n')
+            for name in spec.vendored:
+                shutil.copytree(
+                    package_dir / name,
+                    vendor / name,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+                )
+            yield staged
+
     def _digest(self, spec: TemplateSpec, base: BaseImage) -> str:
-        return template_digest(spec.name, self._context(spec), base.id, self._build_args(base))
+        with self._staged_context(spec) as context:
+            return template_digest(spec.name, context, base.id, self._build_args(base))
 
     @staticmethod
     def _build_args(base: BaseImage) -> dict[str, str]:
@@ -226,17 +252,19 @@ class TemplateBuilder:
 
         latest = f"{self._repository(spec)}:latest"
         previous = {image.id for image in map(self._images.get, (pinned, latest)) if image}
-        image_id = self._images.build(
-            self._context(spec),
-            tag=pinned,
-            build_args=self._build_args(base),
-            labels={TEMPLATE_LABEL: spec.name, DIGEST_LABEL: digest, BASE_LABEL: base.id},
-            # SECURITY-adjacent: an offline base already holds every package, so the
-            # Dockerfile gets no network and cannot quietly depend on one.
-            network_mode="none" if base.offline else None,
-            nocache=nocache,
-            on_step=on_step,
-        )
+        with self._staged_context(spec) as context:
+            image_id = self._images.build(
+                context,
+                tag=pinned,
+                build_args=self._build_args(base),
+                labels={TEMPLATE_LABEL: spec.name, DIGEST_LABEL: digest, BASE_LABEL: base.id},
+                # SECURITY-adjacent: an offline base already holds every package, so the
+                # Dockerfile gets no network and cannot quietly depend on one. A template
+                # with a parent (offline=False) may fetch packages in its RUN steps.
+                network_mode="none" if base.offline else None,
+                nocache=nocache,
+                on_step=on_step,
+            )
         self._images.tag(image_id, latest)
         for old_id in previous - {image_id}:
             self._images.remove_if_untagged(old_id)

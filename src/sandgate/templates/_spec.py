@@ -18,13 +18,17 @@ class TemplateSpec:
     with ``parent=None`` starts from a Debian root filesystem and lists the packages it
     needs in ``<context>/packages.txt`` (see ``images/base/packages.txt``); a template
     with a parent starts from that template's built image. Either way the Dockerfile
-    receives the starting image as ``ARG BASE_IMAGE``.
+    receives the starting image as ``ARG BASE_IMAGE``. ``vendored`` names Sandgate
+    subpackages (``"interpreter"`` for ``sandgate.interpreter``) that the builder copies
+    into the context as ``_vendor/sandgate/<name>/`` (next to a stub
+    ``_vendor/sandgate/__init__.py``), so in-sandbox services ship from this source tree.
     """
 
     name: str
     context: str
     description: str
     parent: str | None = None
+    vendored: tuple[str, ...] = ()
 
 
 SHIPPED_TEMPLATES: Mapping[str, TemplateSpec] = MappingProxyType(
@@ -34,10 +38,14 @@ SHIPPED_TEMPLATES: Mapping[str, TemplateSpec] = MappingProxyType(
             context="base",
             description="Debian bookworm with user 1000, bash, python3, git, curl, sudo",
         ),
-        # "code-interpreter-v1" goes here (its own issue): a TemplateSpec with
-        # context="code-interpreter-v1" and parent="base"; its Dockerfile in
-        # images/code-interpreter-v1/ starts with `ARG BASE_IMAGE` / `FROM ${BASE_IMAGE}`
-        # and the builder passes the built base image there.
+        "code-interpreter-v1": TemplateSpec(
+            name="code-interpreter-v1",
+            context="code-interpreter-v1",
+            description="base plus numpy/pandas/matplotlib, Jupyter kernels (python, "
+            "javascript/typescript, bash) and the code-interpreter server on port 49999",
+            parent="base",
+            vendored=("interpreter",),
+        ),
     }
 )
 

@@ -18,7 +18,7 @@ import pytest
 from sandgate.guest import build_zipapp
 from sandgate.guest.client import GuestClient
 
-TEST_USER = "sgguesttest"
+TEST_USER = f"sgguest{os.getpid()}"
 
 
 @dataclass
@@ -93,7 +93,10 @@ def sandbox_envs() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def guest(
-    guest_pyz: Path, tmp_path_factory: pytest.TempPathFactory, sandbox_envs: dict[str, str]
+    guest_pyz: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    sandbox_envs: dict[str, str],
+    test_user: pwd.struct_passwd,  # created first, so it is removed after the daemon stopped
 ) -> Iterator[RunningGuest]:
     running = _start(
         guest_pyz,
@@ -128,7 +131,7 @@ def test_user() -> Iterator[pwd.struct_passwd]:
     try:
         yield pwd.getpwnam(TEST_USER)
     finally:
-        subprocess.run(["userdel", "-r", TEST_USER], capture_output=True, check=False)
+        subprocess.run(["userdel", "-f", "-r", TEST_USER], capture_output=True, check=False)
 
 
 @pytest.fixture

@@ -1,0 +1,151 @@
+"""API authentication and tenant isolation (security.md AUTH-01, AUTH-02, AUTH-04, MT-01)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fixtures.server import RunningServer
+from tests.framework.envd import envd_headers, run
+
+pytestmark = pytest.mark.docker
+
+CONTROL_ROUTES = [
+    ("POST", "/sandboxes"),
+    ("POST", "/v2/sandboxes"),
+    ("GET", "/v2/sandboxes"),
+    ("GET", "/sandboxes"),
+    ("GET", "/sandboxes/abc"),
+    ("DELETE", "/sandboxes/abc"),
+    ("POST", "/sandboxes/abc/timeout"),
+    ("POST", "/sandboxes/abc/connect"),
+    ("POST", "/v2/sandboxes/abc/connect"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), CONTROL_ROUTES)
+def test_AUTH_01_every_control_route_needs_a_key(
+    sandgate_server: RunningServer, method: str, path: str
+) -> None:
+    response = httpx.request(method, sandgate_server.url + path, json={"templateID": "base"})
+    assert response.status_code == 401
+    assert response.json()["code"] == 401
+    assert "E2B_API_KEY" in response.json()["message"]
+
+
+def test_AUTH_01_the_route_list_is_complete(sandgate_server: RunningServer) -> None:
+    """Fails when a control-plane route is added without being listed (and so tested) above."""
+    from sandgate.api.e2b.control import build_control_router
+
+    router = build_control_router(None, None, "x")  # type: ignore[arg-type]
+    declared = {(m, r.path) for r in router.routes for m in r.methods}  # type: ignore[attr-defined]
+    listed = {(m, p.replace("abc", "{sandbox_id}")) for m, p in CONTROL_ROUTES}
+    assert declared == listed
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda k: "e2b_" + "0" * 40,
+        lambda k: "not-a-key",
+        lambda k: k[:-1] + ("0" if k[-1] != "0" else "1"),
+        lambda k: k.upper(),
+        lambda k: "Bearer " + k,
+        lambda k: k + k,
+    ],
+)
+def test_AUTH_02_bad_keys_get_one_identical_answer(
+    sandgate_server: RunningServer, mangle: Any
+) -> None:
+    key = mangle(sandgate_server.api_key)
+    response = httpx.get(f"{sandgate_server.url}/v2/sandboxes", headers={"X-API-Key": key})
+    assert response.status_code == 401
+    assert response.json() == {
+        "code": 401,
+        "message": "Invalid API key: check E2B_API_KEY (create one with `sandgate keys create`)",
+        "error_code": "unauthenticated",
+    }
+
+
+def test_AUTH_02_revoked_key_is_refused_at_once(sandgate_server: RunningServer) -> None:
+    key = sandgate_server.create_key("short-lived")
+    ok = httpx.get(f"{sandgate_server.url}/v2/sandboxes", headers={"X-API-Key": key["key"]})
+    assert ok.status_code == 200
+    sandgate_server.revoke_key(key["id"])
+    refused = httpx.get(f"{sandgate_server.url}/v2/sandboxes", headers={"X-API-Key": key["key"]})
+    assert refused.status_code == 401
+
+
+def test_AUTH_04_sandbox_id_alone_grants_nothing(
+    sandgate_server: RunningServer, sandbox: dict[str, Any]
+) -> None:
+    sandbox_id = sandbox["sandboxID"]
+    assert len(sandbox_id) >= 25 and sandbox_id.isalnum()
+    for token in (None, "wrong", sandbox["envdAccessToken"] + "x"):
+        response = httpx.post(
+            f"{sandgate_server.url}/process.Process/List",
+            json={},
+            headers={**envd_headers(sandbox_id, token), "content-type": "application/json"},
+        )
+        assert response.status_code == 401
+        assert response.json()["code"] == 401
+    files = httpx.get(
+        f"{sandgate_server.url}/files",
+        params={"path": "/etc/passwd"},
+        headers=envd_headers(sandbox_id, None),
+    )
+    assert files.status_code == 401
+    # /health is the one unauthenticated data-plane route (is_running needs it).
+    health = httpx.get(f"{sandgate_server.url}/health", headers=envd_headers(sandbox_id, None))
+    assert health.status_code == 204
+
+
+def test_MT_01_teams_see_and_touch_only_their_own(
+    sandgate_server: RunningServer, sandbox: dict[str, Any]
+) -> None:
+    other = sandgate_server.cli("keys", "create", "--team", "other-team", "--json")
+    other_key = httpx.Response(200, text=other.stdout.strip().splitlines()[-1]).json()["key"]
+    headers = {"X-API-Key": other_key}
+    sandbox_id = sandbox["sandboxID"]
+    url = sandgate_server.url
+    assert httpx.get(f"{url}/sandboxes/{sandbox_id}", headers=headers).status_code == 404
+    assert httpx.delete(f"{url}/sandboxes/{sandbox_id}", headers=headers).status_code == 404
+    assert (
+        httpx.post(
+            f"{url}/sandboxes/{sandbox_id}/timeout", json={"timeout": 1}, headers=headers
+        ).status_code
+        == 404
+    )
+    assert (
+        httpx.post(f"{url}/v2/sandboxes/{sandbox_id}/connect", json={}, headers=headers).status_code
+        == 404
+    )
+    listed = httpx.get(f"{url}/v2/sandboxes", headers=headers).json()
+    assert sandbox_id not in [s["sandboxID"] for s in listed]
+    still = run(url, sandbox_id, sandbox["envdAccessToken"], "echo alive")
+    assert still.stdout == "alive\n"
+
+
+def test_malformed_and_oversized_bodies(sandgate_server: RunningServer) -> None:
+    headers = {"X-API-Key": sandgate_server.api_key, "content-type": "application/json"}
+    url = f"{sandgate_server.url}/v2/sandboxes"
+    bad = httpx.post(url, content=b"{not json", headers=headers)
+    assert bad.status_code == 400 and bad.json()["message"] == "request body is not valid JSON"
+    missing = httpx.post(url, json={"timeout": 5}, headers={"X-API-Key": sandgate_server.api_key})
+    assert missing.status_code == 400 and "templateID" in missing.json()["message"]
+    huge = httpx.post(url, content=b"{" + b" " * (2 * 1024 * 1024) + b"}", headers=headers)
+    assert huge.status_code == 413 and huge.json()["code"] == 413
+
+    def chunks():  # type: ignore[no-untyped-def]
+        for _ in range(3):
+            yield b" " * (1024 * 1024)
+
+    chunked = httpx.post(url, content=chunks(), headers=headers)
+    assert chunked.status_code == 413
+    unknown = httpx.post(
+        url, json={"templateID": "nope"}, headers={"X-API-Key": sandgate_server.api_key}
+    )
+    assert unknown.status_code == 404
+    assert "sandgate templates build nope" in unknown.json()["message"]
