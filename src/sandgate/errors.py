@@ -5,19 +5,26 @@
     SandgateError                 code             HTTP  Connect
     ├── InvalidRequest            invalid_request  400   invalid_argument
     │   ├── InvalidPath           invalid_path     400   invalid_argument
-    │   └── LimitExceeded         limit_exceeded   400   invalid_argument
+    │   ├── LimitExceeded         limit_exceeded   400   invalid_argument
+    │   └── InvalidArguments      invalid_arguments 400  invalid_argument  (tool call schema)
     ├── ConfigError               invalid_config   (start-up only)
     ├── Unauthenticated           unauthenticated  401   unauthenticated
     ├── Forbidden                 forbidden        403   permission_denied
+    │   └── PolicyDenied          policy_denied    403   (tool call: a rule, or no rule)
+    │       └── ApprovalDenied    approval_denied  403   (a person said no, or nobody answered)
     ├── NotFound                  not_found        404   not_found
     │   ├── SandboxNotFound       sandbox_not_found
     │   └── TemplateNotFound      template_not_found
     ├── Conflict                  conflict         409   already_exists
     ├── PayloadTooLarge           too_large        413   resource_exhausted
     ├── QuotaExceeded             quota_exceeded   429   resource_exhausted
+    │   └── RateLimited           rate_limited     429   (tool call rate limit or budget)
     ├── RuntimeUnavailable        runtime_unavailable 503 unavailable
     ├── SandboxUnavailable        sandbox_unavailable 502 unavailable
-    └── TemplateBuildError        template_build_failed 500 internal
+    ├── TemplateBuildError        template_build_failed 500 internal
+    ├── ToolFailed                tool_failed      502   (the tool ran and failed)
+    │   └── ToolTimeout           tool_timeout     504
+    └── AuditUnavailable          audit_unavailable 503  (calls fail closed)
 
 Each error carries a stable ``code`` and a message that tells the reader what to do next.
 Adapters (Docker, SQLAlchemy, the guest socket) translate their own failures into these where
@@ -28,21 +35,28 @@ Raising is not logging: the edge logs once.
 from __future__ import annotations
 
 __all__ = [
+    "ApprovalDenied",
+    "AuditUnavailable",
     "ConfigError",
     "Conflict",
     "Forbidden",
+    "InvalidArguments",
     "InvalidPath",
     "InvalidRequest",
     "LimitExceeded",
     "NotFound",
     "PayloadTooLarge",
+    "PolicyDenied",
     "QuotaExceeded",
+    "RateLimited",
     "RuntimeUnavailable",
     "SandboxNotFound",
     "SandboxUnavailable",
     "SandgateError",
     "TemplateBuildError",
     "TemplateNotFound",
+    "ToolFailed",
+    "ToolTimeout",
     "Unauthenticated",
 ]
 
@@ -136,3 +150,51 @@ class SandboxUnavailable(SandgateError):
 class TemplateBuildError(SandgateError):
     code = "template_build_failed"
     status = 500
+
+
+# -- tool gateway --------------------------------------------------------------------------
+
+
+class InvalidArguments(InvalidRequest):
+    """A tool call's arguments do not match the tool's schema; the message names the field."""
+
+    code = "invalid_arguments"
+
+
+class PolicyDenied(Forbidden):
+    """The policy denied a tool call (a deny rule, or no rule: default deny)."""
+
+    code = "policy_denied"
+
+
+class ApprovalDenied(PolicyDenied):
+    """A call that needed approval was denied by a person or timed out waiting."""
+
+    code = "approval_denied"
+
+
+class RateLimited(QuotaExceeded):
+    """A tool call rate limit or per-sandbox call budget was reached."""
+
+    code = "rate_limited"
+
+
+class ToolFailed(SandgateError):
+    """The tool ran and reported a failure (non-zero exit, HTTP error, exception)."""
+
+    code = "tool_failed"
+    status = 502
+
+
+class ToolTimeout(ToolFailed):
+    """The tool did not finish within its timeout and was killed."""
+
+    code = "tool_timeout"
+    status = 504
+
+
+class AuditUnavailable(SandgateError):
+    """The audit log cannot be written; calls fail closed until it can."""
+
+    code = "audit_unavailable"
+    status = 503

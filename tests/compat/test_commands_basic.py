@@ -32,6 +32,7 @@ def test_commands_basic(client: PreparedClient, e2b_env: dict[str, str]) -> None
     command_ok(result["default_whoami"], "user\n")
     assert result["default_uid"]["stdout"].strip() != "0", result["default_uid"]
     command_ok(result["default_home"], "/home/user\n")
+    assert result["repeat_mismatches"] == [], "quick commands lost or mixed their output"
 
     failed_with(client, result["timeout"], "Timeout")
     assert result["timeout_elapsed"] < 8, "a 2 s command timeout must fire well before 10 s"

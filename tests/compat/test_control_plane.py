@@ -12,7 +12,7 @@ import secrets
 import httpx
 import pytest
 
-from tests.fixtures.server import RunningServer
+from tests.fixtures.server import RunningServer, ServerFactory
 
 from .clients import PreparedClient
 from .expect import assert_sdk_version, command_ok, failed_with, timestamp
@@ -146,3 +146,14 @@ def test_bad_api_key_is_401(
         headers=headers,
     )
     _assert_error_body(response, 401)
+
+
+def test_api_key_survives_hard_restart(sandgate_server_factory: ServerFactory) -> None:
+    server = sandgate_server_factory()
+    headers = {"X-API-KEY": server.api_key}
+    assert httpx.get(f"{server.url}/v2/sandboxes", headers=headers).status_code == 200
+    server.restart(hard=True)
+    response = httpx.get(f"{server.url}/v2/sandboxes", headers=headers)
+    assert response.status_code == 200, response.text
+    assert response.json() == []
+    server.stop()

@@ -18,6 +18,7 @@ from sandgate.api.e2b import build_control_router, build_envd_app
 from sandgate.api.errors import e2b_error, e2b_error_response
 from sandgate.api.ports import PortProxy
 from sandgate.api.routing import Router
+from sandgate.api.v1 import build_v1_router
 from sandgate.config import Config
 from sandgate.errors import SandgateError
 from sandgate.guest import build_zipapp
@@ -25,6 +26,7 @@ from sandgate.runtimes import Runtime
 from sandgate.runtimes.select import select_runtime
 from sandgate.sandboxes import SandboxService
 from sandgate.store import Store
+from sandgate.tools import ToolGatewayHook, build_gateway
 
 __all__ = ["Application", "create_app"]
 
@@ -39,12 +41,18 @@ class Application:
         self.store = store
         self.runtime = runtime
         home = config.home_dir
+        # Tool gateway (issue 5): its services, its lifecycle hook and its /v1 API.
+        self.gateway = build_gateway(config, store)
+        self.gateway_hook = ToolGatewayHook(
+            self.gateway, store, list(config.agents), home / "tools" / "staging"
+        )
         self.sandboxes = SandboxService(
             config,
             store,
             runtime,
             instance_id=instance_id(home),
             guest_zipapp=build_zipapp(home / "guest" / "guest.pyz"),
+            hooks=[self.gateway_hook],
         )
         control = FastAPI(
             title="Sandgate",
@@ -54,6 +62,7 @@ class Application:
         )
         _install_error_handlers(control)
         control.include_router(build_control_router(self.sandboxes, store, config.server.domain))
+        control.include_router(build_v1_router(self.gateway, store))
 
         @control.get("/health")
         async def health() -> dict[str, str]:
@@ -68,6 +77,7 @@ class Application:
 
     @asynccontextmanager
     async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+        await self.gateway.registry.load_mcp(self.gateway.secrets)
         await self.sandboxes.start()
         log.info("server.ready", runtime=self.runtime.name)
         try:

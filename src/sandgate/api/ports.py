@@ -118,6 +118,7 @@ class PortProxy:
         while more:
             message: Message = await receive()
             if message["type"] != "http.request":
+                writer.close()
                 return
             body = message.get("body", b"")
             if body:
@@ -126,6 +127,11 @@ class PortProxy:
             more = message.get("more_body", False)
         writer.write(conn.send(h11.EndOfMessage()) or b"")
         await writer.drain()
+        # A client that disconnects mid-response closes the tunnel, so the service inside
+        # sees EOF (the code interpreter interrupts the running cell on it).
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        writer.close()
 
     @staticmethod
     async def _events(conn: h11.Connection, reader: asyncio.StreamReader) -> AsyncIterator[object]:

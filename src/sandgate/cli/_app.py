@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import typer
 
+from sandgate.cli.approvals import approvals_app
+from sandgate.cli.audit import audit_app
 from sandgate.cli.doctor import doctor
 from sandgate.cli.env import env
 from sandgate.cli.keys import keys_app
+from sandgate.cli.run import run
 from sandgate.cli.sandbox import sandbox_app
 from sandgate.cli.serve import serve
 from sandgate.cli.templates import templates_app
+from sandgate.cli.tools import tools_app
 
 app = typer.Typer(
     name="sandgate",
@@ -23,3 +27,7 @@ app.command("doctor")(doctor)
 app.add_typer(keys_app, name="keys")
 app.add_typer(templates_app, name="templates")
 app.add_typer(sandbox_app, name="sandbox")
+app.command("run")(run)
+app.add_typer(tools_app, name="tools")
+app.add_typer(audit_app, name="audit")
+app.add_typer(approvals_app, name="approvals")

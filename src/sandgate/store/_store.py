@@ -21,7 +21,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from sandgate.errors import RuntimeUnavailable
-from sandgate.store.models import ApiKey, Sandbox, Team, Template
+from sandgate.store.models import ApiKey, AuditEntry, Sandbox, Team, Template
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -209,6 +209,40 @@ class Store:
                 rows.append(row)
         token = f"{rows[-1].started_at.isoformat()}|{rows[-1].id}" if more and rows else None
         return SandboxPage(rows, token)
+
+
+    # -- audit index (the tool gateway's; audit/ owns the log itself) ---------------------
+
+    def add_audit_entry(self, entry: AuditEntry) -> None:
+        with self.session() as s:
+            s.add(entry)
+
+    def audit_entries(
+        self,
+        *,
+        tool: str | None = None,
+        outcome: str | None = None,
+        sandbox_id: str | None = None,
+        team_id: str | None = None,
+        after_seq: int = 0,
+        limit: int = 1000,
+    ) -> Sequence[AuditEntry]:
+        """Oldest first, from ``after_seq`` (exclusive)."""
+        with self.session() as s:
+            query = select(AuditEntry).where(AuditEntry.seq > after_seq)
+            if tool is not None:
+                query = query.where(AuditEntry.tool == tool)
+            if outcome is not None:
+                query = query.where(AuditEntry.outcome == outcome)
+            if sandbox_id is not None:
+                query = query.where(AuditEntry.sandbox_id == sandbox_id)
+            if team_id is not None:
+                query = query.where(AuditEntry.team_id == team_id)
+            return s.scalars(query.order_by(AuditEntry.seq).limit(limit)).all()
+
+    def last_audit_entry(self) -> AuditEntry | None:
+        with self.session() as s:
+            return s.scalar(select(AuditEntry).order_by(AuditEntry.seq.desc()).limit(1))
 
 
 def _create_engine(url: str) -> Engine:

@@ -97,3 +97,30 @@ class Sandbox(Base):
     started_at: Mapped[datetime]
     end_at: Mapped[datetime]
     ended_at: Mapped[datetime | None]
+
+
+class AuditEntry(Base):
+    """The store's index of the audit log (``audit/audit.jsonl`` is the record of truth).
+
+    One row per audit record, for queries; ``hash`` is the record's chain hash, so the index
+    is also a second witness: ``audit verify`` notices records cut from the end of the file.
+    """
+
+    __tablename__ = "audit_entries"
+    __table_args__ = (
+        Index("ix_audit_tool_outcome", "tool", "outcome"),
+        Index("ix_audit_sandbox", "sandbox_id"),
+    )
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    time: Mapped[datetime]
+    event: Mapped[str] = mapped_column(String(32))
+    sandbox_id: Mapped[str | None] = mapped_column(String(64))
+    team_id: Mapped[str | None] = mapped_column(String(64))
+    agent: Mapped[str | None] = mapped_column(String(100))
+    tool: Mapped[str | None] = mapped_column(String(200))
+    action: Mapped[str | None] = mapped_column(String(200))
+    outcome: Mapped[str] = mapped_column(String(32))
+    rule_id: Mapped[str | None] = mapped_column(String(100))
+    duration_ms: Mapped[float | None]
+    hash: Mapped[str] = mapped_column(String(64))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -188,9 +189,15 @@ class TemplateBuilder:
         return self._resolver.find_local(self._packages(spec))
 
     @contextlib.contextmanager
-    def _staged_context(self, spec: TemplateSpec) -> Iterator[Path]:
+    def _staged_context(self, spec: TemplateSpec, *, for_build: bool = False) -> Iterator[Path]:
         """The build context with ``spec.vendored`` packages copied in (a temporary copy),
-        or the context itself when nothing is vendored."""
+        or the context itself when nothing is vendored.
+
+        ``for_build`` also adds ``_build-ca.pem``: the host's CA bundle for HTTPS downloads
+        in RUN steps (``PIP_CERT``, ``REQUESTS_CA_BUNDLE`` or ``SSL_CERT_FILE``; empty when
+        none is set), so a build behind a TLS-intercepting proxy works like the host does.
+        It is left out of the digest, which must not depend on the machine.
+        """
         if not spec.vendored:
             yield self._context(spec)
             return
@@ -200,13 +207,17 @@ class TemplateBuilder:
             shutil.copytree(self._context(spec), staged, symlinks=True)
             vendor = staged / "_vendor" / "sandgate"
             vendor.mkdir(parents=True)
-            (vendor / "__init__.py").write_text('"""Sandgate modules vendored into a template."""\n')
+            (vendor / "__init__.py").write_text(
+                '"""Sandgate modules vendored into a template."""\n'
+            )
             for name in spec.vendored:
                 shutil.copytree(
                     package_dir / name,
                     vendor / name,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
                 )
+            if for_build:
+                (staged / "_build-ca.pem").write_bytes(_host_ca_bundle())
             yield staged
 
     def _digest(self, spec: TemplateSpec, base: BaseImage) -> str:
@@ -252,7 +263,7 @@ class TemplateBuilder:
 
         latest = f"{self._repository(spec)}:latest"
         previous = {image.id for image in map(self._images.get, (pinned, latest)) if image}
-        with self._staged_context(spec) as context:
+        with self._staged_context(spec, for_build=True) as context:
             image_id = self._images.build(
                 context,
                 tag=pinned,
@@ -273,3 +284,11 @@ class TemplateBuilder:
             raise TemplateBuildError(f"built {pinned} but the engine does not list it")
         self._on_progress(BuildStep.BUILD, 1.0, f"built {pinned}")
         return self._built(spec, image)
+
+
+def _host_ca_bundle() -> bytes:
+    for variable in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        path = os.environ.get(variable)
+        if path and Path(path).is_file():
+            return Path(path).read_bytes()
+    return b""

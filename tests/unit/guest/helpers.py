@@ -35,15 +35,21 @@ async def run_cmd(client: GuestClient, script: str, **kwargs: Any) -> tuple[byte
 async def read_until(stream: ProcessStream, needle: bytes, seen: bytearray | None = None) -> bytes:
     """Consumes output events until ``needle`` has appeared; returns everything read."""
     buf = seen if seen is not None else bytearray()
-    async for event in stream:
-        if isinstance(event, Output):
-            buf.extend(event.data)
-            if needle in buf:
-                return bytes(buf)
-        elif isinstance(event, Ended):
-            raise AssertionError(f"process ended before {needle!r}; got {bytes(buf)!r}")
-        else:
-            assert isinstance(event, Started)
+    if needle in buf:
+        return bytes(buf)
+    try:
+        async with asyncio.timeout(20):
+            async for event in stream:
+                if isinstance(event, Output):
+                    buf.extend(event.data)
+                    if needle in buf:
+                        return bytes(buf)
+                elif isinstance(event, Ended):
+                    raise AssertionError(f"ended before {needle!r}; got {bytes(buf)!r}")
+                else:
+                    assert isinstance(event, Started)
+    except TimeoutError:
+        raise AssertionError(f"no {needle!r} within 20 s; got {bytes(buf)!r}") from None
     raise AssertionError("stream closed")
 
 

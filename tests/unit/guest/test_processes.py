@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import stat
@@ -334,3 +335,37 @@ def test_flood_completes_with_bounded_memory(guest: RunningGuest) -> None:
 def test_daemon_has_no_threads(guest: RunningGuest) -> None:
     run(run_cmd(guest.client, "true"))
     assert os.listdir(f"/proc/{guest.pid}/task") == [str(guest.pid)]
+
+
+def test_stalled_subscriber_pauses_the_process_not_the_memory(guest: RunningGuest) -> None:
+    size = 100_000_000
+
+    async def body() -> None:
+        stream = await guest.client.spawn("/usr/bin/head", ["-c", str(size), "/dev/zero"])
+        before = rss_kib(guest.pid)
+        assert await anext(stream) == Started(stream.pid)
+        # Not reading for a while: the guest must stop reading the pipe instead of buffering
+        # (the sleep creates the stall; the assertions hold however long it lasts).
+        await asyncio.sleep(1.0)
+        assert rss_kib(guest.pid) - before < 16 * 1024
+        assert stream.pid in [p.pid for p in await guest.client.list_processes()]
+        total = 0
+        async for event in stream:
+            if isinstance(event, Output):
+                total += len(event.data)
+            elif isinstance(event, Ended):
+                assert event.exit_code == 0
+        assert total == size
+
+    run(body())
+
+
+def test_children_inherit_only_stdio(guest: RunningGuest) -> None:
+    out, _, _ = run(collect_spawn(guest, "/bin/ls", ["/proc/self/fd"]))
+    assert sorted(int(fd) for fd in out.split()) == [0, 1, 2, 3]  # 3: ls's own directory fd
+
+
+async def collect_spawn(
+    guest: RunningGuest, cmd: str, args: list[str]
+) -> tuple[bytes, bytes, Ended]:
+    return await collect(await guest.client.spawn(cmd, args))

@@ -22,11 +22,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from sandgate.api.errors import CONNECT_STATUS
 
 __all__ = [
+    "STREAM_CONTENT_TYPE",
     "RpcError",
     "envelope",
     "read_stream_request",
     "read_unary_request",
     "rpc_error_response",
+    "stream_error_response",
     "stream_response",
     "unary_response",
     "with_keepalive",
@@ -57,6 +59,19 @@ def rpc_error_response(error: RpcError) -> JSONResponse:
     return JSONResponse(
         {"code": error.code, "message": error.message},
         status_code=CONNECT_STATUS.get(error.code, 500),
+    )
+
+
+def stream_error_response(error: RpcError) -> Response:
+    """A streaming call that failed before its first message: 200 + an end-of-stream error.
+
+    connect-es (the JS SDK) maps a non-200 stream response from its HTTP status alone (404 →
+    ``unimplemented``, 400 → ``internal``) and never reads the JSON body, so a stream error must
+    travel in the end-of-stream envelope, as connect-go (envd) sends it.
+    """
+    return Response(
+        envelope({"error": {"code": error.code, "message": error.message}}, end=True),
+        headers={"content-type": STREAM_CONTENT_TYPE},
     )
 
 

@@ -11,7 +11,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sandgate.api.e2b.connect import RpcError, rpc_error_response
+from sandgate.api.e2b.connect import (
+    STREAM_CONTENT_TYPE,
+    RpcError,
+    rpc_error_response,
+    stream_error_response,
+)
 from sandgate.api.e2b.files import download, upload
 from sandgate.api.e2b.filesystem import FILESYSTEM_METHODS
 from sandgate.api.e2b.process import PROCESS_METHODS
@@ -44,6 +49,9 @@ async def rpc(request: Request) -> Response:
             raise RpcError("unimplemented", f"{service}/{method} is not implemented")
         return await handler(request)
     except RpcError as exc:
+        media = request.headers.get("content-type", "").split(";")[0].strip()
+        if media == STREAM_CONTENT_TYPE:
+            return stream_error_response(exc)
         return rpc_error_response(exc)
 
 

@@ -4,6 +4,9 @@
 const { Sandbox } = require('e2b')
 const { attempt, commandResult, describeError, run } = require('./_common')
 
+// Quick commands run back to back: each must return its own output (no lost data events).
+const REPEATS = 30
+
 async function scenario() {
   const out = {}
   const sbx = await Sandbox.create('base', { envs: { FOO: 'sandbox' } })
@@ -22,6 +25,11 @@ async function scenario() {
     out.default_whoami = commandResult(await cmd.run('whoami'))
     out.default_uid = commandResult(await cmd.run('id -u'))
     out.default_home = commandResult(await cmd.run('echo $HOME'))
+    out.repeat_mismatches = []
+    for (let i = 0; i < REPEATS; i++) {
+      const result = await cmd.run(`echo ${i}`)
+      if (result.stdout !== `${i}\n`) out.repeat_mismatches.push({ i, ...commandResult(result) })
+    }
 
     let started = performance.now()
     try {

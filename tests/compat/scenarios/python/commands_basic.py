@@ -8,6 +8,9 @@ from typing import Any
 from _common import attempt, command_result, describe_error, run
 from e2b import Sandbox
 
+#: Quick commands run back to back: each must return its own output (no lost data events).
+REPEATS = 30
+
 
 def scenario(args: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -27,6 +30,11 @@ def scenario(args: list[str]) -> dict[str, Any]:
         out["default_whoami"] = command_result(cmd.run("whoami"))
         out["default_uid"] = command_result(cmd.run("id -u"))
         out["default_home"] = command_result(cmd.run("echo $HOME"))
+        out["repeat_mismatches"] = [
+            {"i": i, **command_result(r)}
+            for i in range(REPEATS)
+            if (r := cmd.run(f"echo {i}")).stdout != f"{i}\n"
+        ]
 
         started = time.monotonic()
         try:

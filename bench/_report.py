@@ -1,0 +1,47 @@
+"""Shared by the benchmark scripts: percentiles and the results file in docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import platform
+import re
+import statistics
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "benchmarks.md"
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summary_ms(samples: list[float]) -> dict[str, float]:
+    return {
+        "p50": pct(samples, 50) * 1000,
+        "p95": pct(samples, 95) * 1000,
+        "p99": pct(samples, 99) * 1000,
+        "mean": statistics.fmean(samples) * 1000 if samples else float("nan"),
+    }
+
+
+def machine() -> str:
+    import os
+
+    return f"{platform.system()} {platform.release()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+def write_section(title: str, body: str) -> None:
+    """Replaces (or appends) the ``## title`` section of docs/benchmarks.md."""
+    DOC.parent.mkdir(exist_ok=True)
+    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n\nHow to read these: every number is measured on the machine named in its section, next to a raw baseline measured in the same run; ratios are Sandgate / baseline. Reproduce with the command given in each section.\n"
+    section = f"## {title}\n\n{body.strip()}\n"
+    pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section + "\n", text)
+    else:
+        text = text.rstrip() + "\n\n" + section
+    DOC.write_text(text.rstrip() + "\n")

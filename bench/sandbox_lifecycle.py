@@ -1,0 +1,143 @@
+"""Create → first command and ``commands.run("true")`` through the official Python SDK
+(e2b 2.63.0), each next to raw ``docker run`` / ``docker exec`` measured in the same run.
+
+Usage: ``uv run python bench/sandbox_lifecycle.py [--sequential 20] [--burst 20]
+[--roundtrips 200]``. Starts its own server (fresh home, same Docker engine), writes
+``bench/results/sandbox_lifecycle.json`` and the "Sandbox lifecycle" section of
+docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._report import ROOT, machine, summary_ms, write_section  # noqa: E402
+from tests.compat.clients import CLIENTS, prepare  # noqa: E402
+from tests.fixtures.server import ServerFactory  # noqa: E402
+
+IMAGE = "sandgate/template-base:latest"
+RUN_SEQ = "docker run (sequential)"
+RUN_BURST = "docker run (burst)"
+RAW_RUN = ["docker", "run", "--rm", "--network", "none", IMAGE, "true"]
+
+
+def timed(argv: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def raw_burst(size: int) -> list[float]:
+    results: list[float] = []
+    barrier = threading.Barrier(size)
+    lock = threading.Lock()
+
+    def one() -> None:
+        barrier.wait()
+        elapsed = timed(RAW_RUN)
+        with lock:
+            results.append(elapsed)
+
+    threads = [threading.Thread(target=one) for _ in range(size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def raw_exec(count: int) -> list[float]:
+    name = f"sandgate-bench-{int(time.time())}"
+    subprocess.run(["docker", "run", "-d", "--rm", "--name", name, "--network", "none", IMAGE,
+                    "sleep", "600"], check=True, capture_output=True)
+    try:
+        for _ in range(10):
+            timed(["docker", "exec", name, "true"])
+        return [timed(["docker", "exec", name, "true"]) for _ in range(count)]
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+
+
+def row(label: str, ours: dict[str, float], base: dict[str, float]) -> str:
+    return (f"| {label} | {ours['p50']:.1f} / {ours['p95']:.1f} / {ours['p99']:.1f} | "
+            f"{base['p50']:.1f} / {base['p95']:.1f} / {base['p99']:.1f} | "
+            f"{ours['p50'] / base['p50']:.2f}× |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sequential", type=int, default=20)
+    parser.add_argument("--burst", type=int, default=20)
+    parser.add_argument("--roundtrips", type=int, default=200)
+    args = parser.parse_args()
+
+    client = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0"))
+    with tempfile.TemporaryDirectory(prefix="sgb", dir="/tmp") as base_dir:
+        factory = ServerFactory(Path(base_dir))
+        limits = {"SANDGATE_LIMITS__MAX_SANDBOXES_PER_TEAM": "100"}
+        server = factory(extra_env=limits)
+        try:
+            worker = ROOT / "bench" / "workers" / "e2b_lifecycle.py"
+            proc = subprocess.run(
+                [str(client.python), str(worker), str(args.sequential), str(args.burst),
+                 str(args.roundtrips), "base"],
+                env={**server.env, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                check=True, timeout=1800,
+            )
+            ours = json.loads(proc.stdout.strip().splitlines()[-1])
+        finally:
+            factory.close()
+
+    timed(RAW_RUN)
+    raw_seq = [timed(RAW_RUN) for _ in range(args.sequential)]
+    raw_b = raw_burst(args.burst)
+    raw_x = raw_exec(args.roundtrips)
+
+    results = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "sandgate": {k: summary_ms(ours[k]) for k in ("sequential", "burst", "roundtrip")},
+        "failures": {"sequential": ours["sequential_failures"], "burst": ours["burst_failures"]},
+        "baseline": {"docker run (sequential)": summary_ms(raw_seq),
+                     "docker run (burst)": summary_ms(raw_b),
+                     "docker exec": summary_ms(raw_x)},
+    }
+    out = ROOT / "bench" / "results" / "sandbox_lifecycle.json"
+    out.write_text(json.dumps(results, indent=2) + "\n")
+
+    s, b = results["sandgate"], results["baseline"]
+    ok_seq = args.sequential - ours["sequential_failures"]
+    ok_burst = args.burst - ours["burst_failures"]
+    write_section("Sandbox lifecycle", f"""
+Measured {results['when']} on {results['machine']}, Docker engine local, cold (no warm pool).
+Sandgate numbers go through the official Python SDK `e2b==2.63.0` over loopback HTTP; the
+baseline is the raw Docker CLI on the same machine in the same run.
+Reproduce: `uv run python bench/sandbox_lifecycle.py`.
+
+| measure (ms, p50 / p95 / p99) | Sandgate (SDK) | raw Docker | ratio (p50) |
+|---|---|---|---|
+{row(f"create → first command, sequential (n={args.sequential}, ok {ok_seq})", s["sequential"], b[RUN_SEQ])}
+{row(f"create → first command, burst of {args.burst} (ok {ok_burst})", s["burst"], b[RUN_BURST])}
+{row(f"`commands.run('true')` round trip (n={args.roundtrips})", s["roundtrip"], b["docker exec"])}
+
+Targets (design.md §6): create → first command, cold, Docker p50 ≤ 400 ms; warm pool
+p50 ≤ 40 ms / p99 ≤ 150 ms (no warm pool yet: pending); `commands.run("true")` p50 ≤ 5 ms.
+The raw baseline for create is `docker run --rm --network none <image> true`, which starts and
+finishes a container but runs no daemon inside it; Sandgate's create also starts the guest
+daemon, waits for it to answer and runs the command through it.
+""")
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

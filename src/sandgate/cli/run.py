@@ -1,0 +1,122 @@
+"""``sandgate run``: run one script in a fresh sandbox as an agent, then summarise its tool
+calls. Builds the services in-process (no server needed; if one runs on the same home, the
+audit log and the store are shared safely)."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import sys
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from sandgate.access import Principal
+from sandgate.cli._common import ConfigOption, err_console, friendly_errors, load
+from sandgate.errors import InvalidRequest, SandboxUnavailable
+from sandgate.guest.client import Ended, GuestError, Output
+from sandgate.sandboxes import CreateRequest
+from sandgate.tools import AGENT_METADATA_KEY
+
+if TYPE_CHECKING:
+    from sandgate.api.app import Application
+
+_INTERPRETERS = {".py": ["python3", "-u"], ".js": ["node"], ".sh": ["bash"]}
+_LOCAL_TEAM = "local"
+
+
+@friendly_errors
+def run(
+    script: Annotated[Path, typer.Argument(help="A .py, .js or .sh file.", exists=True)],
+    agent: Annotated[str, typer.Option(help="The agent (from agents:) the sandbox acts as.")],
+    template: Annotated[str, typer.Option(help="Sandbox template.")] = "base",
+    timeout: Annotated[int, typer.Option(help="Seconds the script may run.")] = 600,
+    config: ConfigOption = None,
+) -> None:
+    """Runs SCRIPT in a fresh sandbox as AGENT, streams its output, and prints a summary of the
+    tool calls it made. Exits with the script's exit code."""
+    from sandgate.api.app import create_app
+    from sandgate.cli._bootstrap import ensure_shipped_templates
+
+    interpreter = _INTERPRETERS.get(script.suffix)
+    if interpreter is None:
+        raise InvalidRequest(f"cannot run {script.name}: use a .py, .js or .sh file")
+    cfg = load(config)
+    application = create_app(cfg)
+    ensure_shipped_templates(cfg, application.store, build=cfg.templates.build_on_start)
+    source = script.read_bytes()
+    code = asyncio.run(
+        _run(application, script.name, source, interpreter, agent, template, timeout)
+    )
+    raise typer.Exit(code)
+
+
+async def _run(
+    application: Application,
+    name: str,
+    source: bytes,
+    interpreter: list[str],
+    agent: str,
+    template: str,
+    limit_s: int,
+) -> int:
+    store, sandboxes = application.store, application.sandboxes
+    await application.gateway.registry.load_mcp(application.gateway.secrets)
+    team = store.get_or_create_team(_LOCAL_TEAM, "team_" + secrets.token_hex(8), datetime.now(UTC))
+    principal = Principal(team_id=team.id, api_key_id="cli")
+    sandbox = await sandboxes.create(
+        principal,
+        CreateRequest(
+            template=template,
+            timeout_s=limit_s + 60,
+            metadata={AGENT_METADATA_KEY: agent},
+            envs={},
+        ),
+    )
+    err_console.print(f"[dim]sandbox {sandbox.id} as agent {agent}[/]")
+    try:
+        route = sandboxes.route(sandbox.id)
+        if route is None:
+            raise SandboxUnavailable(f"sandbox {sandbox.id} is not running")
+        target = f"/home/user/{name}"
+        await route.guest.write_file(target, source, user="user")
+        stream = await route.guest.spawn(
+            cmd=interpreter[0],
+            args=[*interpreter[1:], target],
+            envs={},
+            cwd="/home/user",
+            user="user",
+            tag=None,
+            stdin=False,
+            pty=None,
+            timeout_ms=limit_s * 1000,
+        )
+        exit_code = 1
+        async for event in stream:
+            if isinstance(event, Output):
+                out = sys.stderr.buffer if event.stream == "stderr" else sys.stdout.buffer
+                out.write(event.data)
+                out.flush()
+            elif isinstance(event, Ended):
+                exit_code = event.exit_code
+    except GuestError as exc:
+        raise SandboxUnavailable(f"running the script failed: {exc.message}") from None
+    finally:
+        await sandboxes.kill_any(sandbox.id)
+    _summary(application, sandbox.id)
+    application.store.close()
+    return exit_code
+
+
+def _summary(application: Application, sandbox_id: str) -> None:
+    rows = application.store.audit_entries(sandbox_id=sandbox_id, limit=100_000)
+    calls = Counter(
+        (row.tool, row.action or "", row.outcome) for row in rows if row.event == "tool.call"
+    )
+    total = sum(calls.values())
+    err_console.print(f"\n[bold]tool calls: {total}[/]")
+    for (tool, action, outcome), count in sorted(calls.items()):
+        err_console.print(f"  {count:>5}  {tool} {action}".rstrip() + f"  {outcome}")

@@ -1,0 +1,230 @@
+"""Execution contexts: a language, a working directory and a lazily started kernel.
+
+Cells of one context run one at a time, in arrival order. ``Contexts`` keeps them in
+creation order, with the default python and javascript contexts first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import os
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from ._events import Event, error_event
+from ._kernel import Kernel, KernelDied, KernelStartError
+from ._languages import Language, language_named
+
+__all__ = ["Context", "Contexts", "Execution", "UnknownContext"]
+
+DEFAULT_CWD = "/home/user"
+_RESTORE_TIMEOUT_S = 10.0
+
+
+class UnknownContext(KeyError):
+    """No context has that id."""
+
+
+class ExecutionState(enum.Enum):
+    QUEUED = "queued"
+    """Waiting for the context's previous cell."""
+    RUNNING = "running"
+    """Sent to the kernel; an interrupt reaches it."""
+    DONE = "done"
+    """The kernel is idle again (or was restarted); nothing left to interrupt."""
+
+
+class Execution:
+    """One ``/execute`` call: its events go to ``emit``; ``cancel()`` interrupts it."""
+
+    def __init__(self, emit: Callable[[Event], None], max_output: int) -> None:
+        self.state = ExecutionState.QUEUED
+        self._emit = emit
+        self._max_output = max_output
+        self._output = 0
+        self._interrupt: Callable[[], None] | None = None
+        self.cancelled = False
+        self.truncated = False
+
+    def emit(self, event: Event) -> None:
+        """Forwards ``event`` unless the output limit was hit; hitting it interrupts."""
+        if self.truncated:
+            return
+        if event["type"] in ("stdout", "stderr", "result"):
+            self._output += sum(len(str(v)) for k, v in event.items() if k != "timestamp")
+            if self._output > self._max_output:
+                self.truncated = True
+                limit = f"{self._max_output} bytes"
+                self._emit(
+                    {
+                        "type": "stderr",
+                        "text": f"\n[sandgate: output truncated after {limit}]\n",
+                        "timestamp": event.get("timestamp", ""),
+                    }
+                )
+                self._emit(
+                    error_event(
+                        "OutputLimitExceeded",
+                        f"the cell produced more than {limit} of output and was interrupted; "
+                        "the context's state is kept",
+                        "",
+                    )
+                )
+                self.cancel()
+                return
+        self._emit(event)
+
+    def bind(self, interrupt: Callable[[], None]) -> None:
+        """Sets how ``cancel`` reaches the kernel once the cell runs."""
+        self._interrupt = interrupt
+
+    def cancel(self) -> None:
+        """Interrupts the cell if it runs, or skips it if still queued. Idempotent."""
+        self.cancelled = True
+        if self.state is ExecutionState.RUNNING and self._interrupt is not None:
+            self._interrupt()
+
+
+class Context:
+    """A language, a cwd and a kernel started on first use."""
+
+    def __init__(self, language: Language, cwd: str, env: dict[str, str]) -> None:
+        self.id = str(uuid.uuid4())
+        self.language = language
+        self.cwd = cwd
+        self._env = env
+        self._kernel: Kernel | None = None
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.id, "language": self.language.name, "cwd": self.cwd}
+
+    async def start(self) -> None:
+        """Starts the kernel unless it runs; raises ``KernelStartError``."""
+        async with self._lock:
+            await self._ensure_kernel()
+
+    async def _ensure_kernel(self) -> Kernel:
+        if self._kernel is None:
+            try:
+                os.makedirs(self.cwd, exist_ok=True)
+            except OSError as exc:
+                raise KernelStartError(
+                    f"cannot use {self.cwd} as working directory: {exc}"
+                ) from exc
+            kernel = Kernel(self.language.kernel, self.cwd, self._env)
+            await kernel.start()
+            self._kernel = kernel
+        return self._kernel
+
+    async def restart(self) -> None:
+        """Restarts the kernel, clearing all state; waits for a running cell first."""
+        async with self._lock:
+            if self._kernel is None:
+                await self._ensure_kernel()
+            else:
+                await self._kernel.restart()
+
+    async def shutdown(self) -> None:
+        async with self._lock:
+            if self._kernel is not None:
+                kernel, self._kernel = self._kernel, None
+                await kernel.shutdown()
+
+    async def execute(self, code: str, env_vars: dict[str, str], execution: Execution) -> None:
+        """Runs ``code`` with ``env_vars`` set for this cell only, reporting to
+        ``execution``. Never raises for kernel trouble: it becomes an ``error`` event."""
+        async with self._lock:
+            if execution.cancelled:
+                return
+            try:
+                kernel = await self._ensure_kernel()
+            except KernelStartError as exc:
+                execution.emit(error_event("KernelStartError", str(exc), ""))
+                return
+            execution.bind(lambda: self._spawn(kernel.interrupt()))
+            try:
+                if env_vars:
+                    await kernel.run(self.language.set_env(env_vars), _ignore, silent=True)
+                execution.state = ExecutionState.RUNNING
+                try:
+                    await kernel.run(code, execution.emit)
+                finally:
+                    execution.state = ExecutionState.DONE
+                    if env_vars and await kernel.is_alive():
+                        await asyncio.wait_for(
+                            kernel.run(self.language.restore_env(env_vars), _ignore, silent=True),
+                            _RESTORE_TIMEOUT_S,
+                        )
+            except KernelDied as exc:
+                execution.emit(
+                    error_event(
+                        "KernelDied",
+                        f"{exc} while running this cell (out of memory, a crash or an explicit "
+                        "exit); it was restarted and the context's state is lost",
+                        "",
+                    )
+                )
+                await self._recover(kernel)
+
+    async def _recover(self, kernel: Kernel) -> None:
+        try:
+            await kernel.restart()
+        except KernelStartError:
+            await kernel.shutdown()
+            self._kernel = None
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _ignore(event: Event) -> None:
+    del event
+
+
+class Contexts:
+    """Every context of this sandbox, in creation order."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self._env = env
+        self._contexts: dict[str, Context] = {}
+        self._defaults: dict[str, str] = {}
+
+    def __iter__(self) -> Any:
+        return iter(list(self._contexts.values()))
+
+    def get(self, context_id: str) -> Context:
+        try:
+            return self._contexts[context_id]
+        except KeyError:
+            raise UnknownContext(context_id) from None
+
+    def default(self, language_name: str | None) -> Context:
+        """The default context of a language (created lazily); raises ``UnknownLanguage``."""
+        language = language_named(language_name)
+        owner = language_named(language.default_context)
+        context_id = self._defaults.get(owner.name)
+        if context_id is None or context_id not in self._contexts:
+            context = self.create(owner, DEFAULT_CWD)
+            self._defaults[owner.name] = context.id
+            return context
+        return self._contexts[context_id]
+
+    def create(self, language: Language, cwd: str) -> Context:
+        context = Context(language, cwd, self._env)
+        self._contexts[context.id] = context
+        return context
+
+    async def remove(self, context_id: str) -> None:
+        context = self.get(context_id)
+        del self._contexts[context_id]
+        await context.shutdown()
+
+    async def shutdown(self) -> None:
+        for context in list(self._contexts.values()):
+            await context.shutdown()

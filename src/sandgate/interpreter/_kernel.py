@@ -1,0 +1,132 @@
+"""One Jupyter kernel process and the client channels to it, via ``jupyter_client``."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable
+from typing import Any, cast
+
+from jupyter_client.manager import AsyncKernelManager
+
+from ._events import Event, event_for
+
+__all__ = ["Kernel", "KernelDied", "KernelStartError"]
+
+_START_TIMEOUT_S = 60.0
+_POLL_S = 1.0
+_SHUTDOWN_TIMEOUT_S = 5.0
+
+
+class KernelStartError(RuntimeError):
+    """The kernel process did not start or did not answer in time."""
+
+
+class KernelDied(RuntimeError):
+    """The kernel process exited while a cell ran."""
+
+
+class Kernel:
+    """A kernel named ``kernel_name`` (a Jupyter kernel spec) started in ``cwd`` with ``env``.
+
+    Not safe for concurrent ``run`` calls: the owner serialises them (``Context``).
+    """
+
+    def __init__(self, kernel_name: str, cwd: str, env: dict[str, str]) -> None:
+        self.kernel_name = kernel_name
+        self._cwd = cwd
+        self._env = env
+        self._manager: Any = None
+        self._client: Any = None
+
+    async def start(self) -> None:
+        """Starts the process and waits until it answers; raises ``KernelStartError``."""
+        manager = AsyncKernelManager(kernel_name=self.kernel_name)
+        try:
+            await manager.start_kernel(cwd=self._cwd, env=dict(self._env))
+        except Exception as exc:
+            raise KernelStartError(f"cannot start the {self.kernel_name} kernel: {exc}") from exc
+        self._manager = manager
+        await self._connect()
+
+    async def _connect(self) -> None:
+        client = self._manager.client()
+        client.start_channels()
+        try:
+            await client.wait_for_ready(timeout=_START_TIMEOUT_S)
+        except RuntimeError as exc:
+            client.stop_channels()
+            raise KernelStartError(f"the {self.kernel_name} kernel did not answer: {exc}") from exc
+        self._client = client
+
+    async def is_alive(self) -> bool:
+        return self._manager is not None and bool(await self._manager.is_alive())
+
+    async def interrupt(self) -> None:
+        """Interrupts the running cell (SIGINT or an interrupt message, per the kernel
+        spec); a no-op when the kernel is gone."""
+        if await self.is_alive():
+            await self._manager.interrupt_kernel()
+
+    async def restart(self) -> None:
+        """Replaces the process with a fresh one (all state is lost); starts one if the
+        previous process is gone. Raises ``KernelStartError``."""
+        if self._manager is None:
+            await self.start()
+            return
+        if self._client is not None:
+            self._client.stop_channels()
+            self._client = None
+        try:
+            await self._manager.restart_kernel(now=True)
+        except Exception as exc:
+            raise KernelStartError(f"cannot restart the {self.kernel_name} kernel: {exc}") from exc
+        await self._connect()
+
+    async def shutdown(self) -> None:
+        """Stops the process; idempotent."""
+        if self._client is not None:
+            self._client.stop_channels()
+            self._client = None
+        if self._manager is not None:
+            manager, self._manager = self._manager, None
+            try:
+                await manager.shutdown_kernel(now=True)
+            except Exception:  # best effort: the process may be gone already
+                await manager.cleanup_resources()
+
+    async def run(self, code: str, emit: Callable[[Event], None], *, silent: bool = False) -> None:
+        """Executes ``code`` and passes each event of the cell to ``emit`` until the kernel
+        is idle again. Raises ``KernelDied`` if the process exits first."""
+        client = self._client
+        if client is None:
+            raise KernelDied(f"the {self.kernel_name} kernel is not running")
+        msg_id = cast(
+            str,
+            client.execute(
+                code, silent=silent, store_history=not silent, allow_stdin=False, stop_on_error=True
+            ),
+        )
+        while True:
+            try:
+                msg = await client.get_iopub_msg(timeout=_POLL_S)
+            except queue.Empty:
+                if not await self.is_alive():
+                    raise KernelDied(f"the {self.kernel_name} kernel exited") from None
+                continue
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            msg_type = str(msg["header"]["msg_type"])
+            content = dict(msg.get("content") or {})
+            if msg_type == "status" and content.get("execution_state") == "idle":
+                break
+            event = event_for(msg_type, content)
+            if event is not None:
+                emit(event)
+        await self._drain_shell()
+
+    async def _drain_shell(self) -> None:
+        while True:
+            try:
+                await self._client.get_shell_msg(timeout=0)
+            except queue.Empty:
+                return

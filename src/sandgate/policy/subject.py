@@ -1,0 +1,31 @@
+"""Who is calling: the identity a policy decides about."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The caller of a tool call, as the gateway established it.
+
+    SECURITY: every field comes from the store row of the sandbox whose socket the call
+    arrived on (and the agent declared in config), never from the call's payload; so code in a
+    sandbox cannot claim another team, key or agent.
+    """
+
+    sandbox_id: str
+    team_id: str
+    api_key_id: str | None = None
+    agent: str | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sandbox": self.sandbox_id,
+            "team": self.team_id,
+            "api_key": self.api_key_id,
+            "agent": self.agent,
+        }

@@ -1,0 +1,1 @@
+"""One module per tool kind; each implements ``tools.tool.Executor``."""

@@ -1,0 +1,111 @@
+"""The per-sandbox gateway socket and its wire protocol.
+
+Each sandbox gets its own Unix socket, ``<host_dir>/gateway.sock`` on the host and
+``/run/sandgate/gateway.sock`` inside. The protocol is JSON lines, one request and one reply
+per line, any number in turn on one connection::
+
+    → {"tool": "kv", "arguments": {"op": "get", "key": "user:1"}, "idempotency_key": "k1"}
+    ← {"ok": true, "result": {...}, "truncated": false}
+    ← {"ok": false, "error": {"code": "policy_denied", "message": "...", "status": 403}}
+
+``idempotency_key`` is optional. A line longer than ``MAX_LINE`` or that is not a JSON object
+gets an ``invalid_request`` reply and the connection is closed.
+
+SECURITY: the caller is the sandbox the socket belongs to (``subject`` is fixed when the
+socket is created, from the store row); nothing in a request can name another sandbox, team or
+agent. The socket is mode 0666 because the sandbox's unprivileged user must connect to it;
+only that sandbox sees it (its own mount). There are no other routes here: no admin, reload or
+metrics (GW-14).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from sandgate.policy import Subject
+from sandgate.tools.pipeline import Gateway
+
+__all__ = ["MAX_LINE", "GatewaySocket"]
+
+log = structlog.get_logger("sandgate.tools")
+
+MAX_LINE = 4 * 1024 * 1024
+
+
+class GatewaySocket:
+    def __init__(self, gateway: Gateway, subject: Subject) -> None:
+        self._gateway = gateway
+        self._subject = subject
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self, path: Path) -> None:
+        """Listens on ``path``, replacing whatever is there (a stale socket, or anything the
+        sandbox put in its place: unlink does not follow links, and bind refuses to reuse)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        self._server = await asyncio.start_unix_server(self._serve, path=str(path), limit=MAX_LINE)
+        # SECURITY: 0666 so uid 1000 inside can connect; the socket is this sandbox's alone.
+        os.chmod(path, 0o666)  # noqa: S103
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            while True:
+                try:
+                    line = await reader.readline()
+                except (ValueError, asyncio.LimitOverrunError):
+                    await _reply(writer, _invalid(f"request line longer than {MAX_LINE} bytes"))
+                    return
+                if not line:
+                    return
+                request = _parse(line)
+                if request is None:
+                    await _reply(writer, _invalid("each line must be a JSON object"))
+                    return
+                result = await self._gateway.call(
+                    self._subject,
+                    request.get("tool"),
+                    request.get("arguments", {}),
+                    request.get("idempotency_key"),
+                )
+                await _reply(writer, result.wire())
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            writer.close()
+            if task is not None:
+                self._tasks.discard(task)
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _invalid(message: str) -> dict[str, Any]:
+    return {"ok": False, "error": {"code": "invalid_request", "message": message, "status": 400}}
+
+
+async def _reply(writer: asyncio.StreamWriter, body: dict[str, Any]) -> None:
+    writer.write(json.dumps(body, default=str).encode() + b"\n")
+    await writer.drain()

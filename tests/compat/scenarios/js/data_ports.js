@@ -1,0 +1,83 @@
+'use strict'
+// Ports and sandbox death (issue 3): a server inside the sandbox is reachable through Sandgate by
+// `Host: <port>-<id>.<domain>` and by the routing headers; a closed port answers E2B's 502 JSON;
+// the sandbox has no network interface but `lo`. Then the sandbox is killed while a command
+// runs: the stream drops, isRunning() is false, the SDK raises its timeout error, and a
+// neighbour sandbox keeps working.
+
+const http = require('node:http')
+const { Sandbox } = require('e2b')
+const { attempt, commandResult, describeError, run } = require('./_common')
+const { outcome, poll } = require('./_data')
+
+const PORT = 8000
+const CLOSED_PORT = 8001
+
+// A GET through node:http, which sends the Host header exactly as given.
+function get(base, path, headers) {
+  const url = new URL(path, base)
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method: 'GET', headers }, (res) => {
+      const parts = []
+      res.on('data', (c) => parts.push(c))
+      res.on('end', () => {
+        const text = Buffer.concat(parts).toString()
+        let body = text
+        try {
+          body = JSON.parse(text)
+        } catch {}
+        resolve({ status: res.statusCode, body })
+      })
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+async function scenario() {
+  const out = {}
+  const base = process.env.E2B_SANDBOX_URL
+  const sbx = await Sandbox.create('base')
+  const neighbour = await Sandbox.create('base')
+  try {
+    await sbx.files.write('/home/user/www/hello.txt', 'served from inside')
+    const server = await sbx.commands.run(`python3 -m http.server ${PORT}`, {
+      background: true,
+      cwd: '/home/user/www',
+      timeoutMs: 0,
+    })
+    const host = sbx.getHost(PORT)
+    out.host = host
+    out.sandbox_id = sbx.sandboxId
+    out.by_host =
+      (await poll(async () => {
+        const r = await get(base, '/hello.txt', { Host: host })
+        return r.status === 200 ? r : null
+      }, 20)) || null
+    out.by_headers = await get(base, '/hello.txt', {
+      'E2b-Sandbox-Id': sbx.sandboxId,
+      'E2b-Sandbox-Port': String(PORT),
+    })
+    out.closed_port = await get(base, '/', { Host: sbx.getHost(CLOSED_PORT) })
+    await server.disconnect()
+    out.interfaces = commandResult(await sbx.commands.run('ls /sys/class/net'))
+
+    // --- the sandbox is killed while a command runs
+    const running = await sbx.commands.run('sleep 120', { background: true, timeoutMs: 0 })
+    const waiting = outcome(() => running.wait())
+    out.killed = await Sandbox.kill(sbx.sandboxId)
+    out.stream_after_kill = await waiting
+    out.is_running_after_kill = await sbx.isRunning()
+    out.run_after_kill = await attempt(() => sbx.commands.run('echo late'))
+    out.neighbour = commandResult(await neighbour.commands.run('echo ok'))
+    out.neighbour_running = await neighbour.isRunning()
+  } catch (err) {
+    out.scenario_error = describeError(err)
+  } finally {
+    await attempt(() => sbx.kill())
+    out.cleanup = await attempt(() => neighbour.kill())
+  }
+  return out
+}
+
+run(scenario)

@@ -1,0 +1,118 @@
+"""A server with a tool-gateway config, and sandboxes acting as its agents."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fixtures.server import RunningServer, ServerFactory
+from tests.framework.envd import CommandResult, create, run
+
+GATEWAY_CONFIG = """
+agents:
+  - id: data-analyst
+  - id: writer
+  - id: limited
+  - id: approver-test
+  - id: nobody
+secrets:
+  CANARY:
+    env: SANDGATE_TEST_CANARY
+tools:
+  - name: kv
+    kind: builtin
+  - name: echo_secret
+    kind: exec
+    description: Echoes its argument and the secret it was given.
+    command: ["/bin/sh", "-c", "printf '{\\"got\\": \\"%s\\", \\"secret\\": \\"%s\\"}' \\"$1\\" \\"$CANARY\\"", "sh", "{text}"]
+    parameters:
+      type: object
+      properties:
+        text: {type: string}
+      required: [text]
+    secrets: [CANARY]
+  - name: sleeper
+    kind: exec
+    command: ["/bin/sh", "-c", "sleep 30 & sleep 30"]
+    timeout_s: 1
+  - name: big
+    kind: exec
+    command: ["/bin/sh", "-c", "head -c 5000000 /dev/zero | tr '\\\\0' a"]
+    output_limit: 1024
+  - name: argv_echo
+    kind: python
+    entry: "json:loads"
+    description: placeholder replaced below
+policy:
+  rules:
+    - id: analyst-read
+      effect: allow
+      subject: {agent: data-analyst}
+      tool: kv
+      action: [get, list]
+    - id: analyst-no-write
+      effect: deny
+      subject: {agent: data-analyst}
+      tool: kv
+      action: set
+    - id: writer-all
+      effect: allow
+      subject: {agent: writer}
+      tool: [kv, echo_secret, sleeper, big]
+    - id: limited-kv
+      effect: allow
+      subject: {agent: limited}
+      tool: kv
+      rate_limit: {calls: 3, window_s: 3600}
+    - id: ask-writes
+      effect: ask
+      subject: {agent: approver-test}
+      tool: kv
+      action: set
+    - id: approver-reads
+      effect: allow
+      subject: {agent: approver-test}
+      tool: kv
+approvals:
+  timeout_s: 4
+"""
+
+CANARY = "CANARY-7f3e9b21d4c8a6"
+
+
+@pytest.fixture(scope="session")
+def tools_server(sandgate_server_factory: ServerFactory) -> RunningServer:
+    config = GATEWAY_CONFIG.replace(
+        """  - name: argv_echo
+    kind: python
+    entry: "json:loads"
+    description: placeholder replaced below
+""", "")
+    return sandgate_server_factory(config=config, extra_env={"SANDGATE_TEST_CANARY": CANARY})
+
+
+Runner = Callable[[str], CommandResult]
+
+
+@pytest.fixture
+def agent_sandbox(tools_server: RunningServer) -> Iterator[Callable[[str], tuple[str, Runner]]]:
+    """``make(agent)`` → (sandbox id, run(command)) for a sandbox acting as ``agent``."""
+    created: list[dict[str, Any]] = []
+
+    def make(agent: str) -> tuple[str, Runner]:
+        box = create(tools_server.url, tools_server.api_key, timeout=300,
+                     metadata={"sandgate.agent": agent})
+        created.append(box)
+
+        def runner(command: str) -> CommandResult:
+            return run(tools_server.url, box["sandboxID"], box["envdAccessToken"], command)
+
+        return box["sandboxID"], runner
+
+    yield make
+    for box in created:
+        httpx.delete(f"{tools_server.url}/sandboxes/{box['sandboxID']}",
+                     headers={"X-API-Key": tools_server.api_key})
