@@ -37,5 +37,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     server = getattr(item, "funcargs", {}).get("sandgate_server")
     if report.failed and isinstance(server, RunningServer):
         tail = "\n".join(server.log_text().splitlines()[-SERVER_LOG_TAIL_LINES:])
+        status = server.process.poll() if server.process is not None else None
+        if status is not None:
+            tail += f"\n=== the server process has exited with status {status}"
         report.sections.append(("sandgate server log (tail)", tail))
     return report

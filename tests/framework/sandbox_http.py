@@ -201,7 +201,9 @@ class StreamResult:
     def read(cls, response: httpx.Response) -> StreamResult:
         if response.status_code != 200:
             body = response.read()
-            return cls(response.status_code, response.headers.get("content-type", ""), [], None, body)
+            return cls(
+                response.status_code, response.headers.get("content-type", ""), [], None, body
+            )
         events: list[dict[str, Any]] = []
         end_error = None
         splitter = Envelopes()

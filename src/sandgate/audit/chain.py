@@ -75,7 +75,9 @@ def verify_lines(lines: Iterable[str]) -> VerifyResult:
             )
         if record.get("prev") != prev:
             return VerifyResult(
-                checked, prev, f"record {seq} (line {number}) does not follow record {seq - 1}",
+                checked,
+                prev,
+                f"record {seq} (line {number}) does not follow record {seq - 1}",
                 number,
             )
         body = {k: v for k, v in record.items() if k != "hash"}

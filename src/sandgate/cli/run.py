@@ -46,7 +46,7 @@ def run(
         raise InvalidRequest(f"cannot run {script.name}: use a .py, .js or .sh file")
     cfg = load(config)
     application = create_app(cfg)
-    ensure_shipped_templates(cfg, application.store, build=cfg.templates.build_on_start)
+    ensure_shipped_templates(cfg, application.store, build=False)
     source = script.read_bytes()
     code = asyncio.run(
         _run(application, script.name, source, interpreter, agent, template, timeout)

@@ -31,9 +31,7 @@ class _ToolBase(_Section):
     name: str
     description: str = ""
     #: JSON Schema of the arguments (an object schema).
-    parameters: dict[str, Any] = Field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     #: The parameter that names the operation (``kv``'s ``op``): policies match it as the
     #: call's *action*, and the generated stubs expose one method per value of its ``enum``.
     action: str | None = None

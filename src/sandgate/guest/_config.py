@@ -39,6 +39,15 @@ class GuestConfig:
             raise ValueError("config: exit_retention_s must be a non-negative number")
         return cls(dict(envs), user, workdir, max_processes, float(retention))
 
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "envs": dict(self.envs),
+            "default_user": self.default_user,
+            "default_workdir": self.default_workdir,
+            "max_processes": self.max_processes,
+            "exit_retention_s": self.exit_retention_s,
+        }
+
     @classmethod
     def load(cls, path: Path) -> GuestConfig:
         data = json.loads(path.read_text())

@@ -188,6 +188,10 @@ class ProcessTable:
         self.running: dict[int, Process] = {}
         self._exited: OrderedDict[int, Process] = OrderedDict()
 
+    def reconfigure(self, config: GuestConfig) -> None:
+        """Applies new sandbox-level settings to processes started from now on."""
+        self._config = config
+
     # ---- lookup
 
     def find(self, request: dict[str, Any]) -> Process:

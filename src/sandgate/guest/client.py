@@ -387,6 +387,10 @@ class GuestClient:
         """The sandbox-level environment variables."""
         return dict((await _unary(self.socket_path, {"op": "envs"}))["envs"])
 
+    async def configure(self, envs: dict[str, str]) -> None:
+        """Replaces the sandbox-level environment (a claimed warm sandbox gets its own)."""
+        await _unary(self.socket_path, {"op": "configure", "envs": dict(envs)})
+
     # ---- processes
 
     async def spawn(

@@ -226,6 +226,18 @@ class Daemon:
     async def op_envs(self, conn: socket.socket, request: dict[str, Any]) -> None:
         await self._reply(conn, {"ok": True, "envs": self.config.envs})
 
+    async def op_configure(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        """Replaces the sandbox-level environment; used when a warm sandbox is claimed. Only
+        processes started afterwards see the new values."""
+        try:
+            config = GuestConfig.from_json({**self.config.as_json(), "envs": request.get("envs")})
+        except ValueError as exc:
+            await self._reply(conn, {"ok": False, "code": "invalid_argument", "message": str(exc)})
+            return
+        self.config = config
+        self.processes.reconfigure(config)
+        await self._reply(conn, {"ok": True})
+
     async def op_list(self, conn: socket.socket, request: dict[str, Any]) -> None:
         infos = [proc.info() for proc in self.processes.running.values()]
         await self._reply(conn, {"ok": True, "processes": infos})
@@ -328,6 +340,7 @@ def _resolve(future: asyncio.Future[None]) -> None:
 _HANDLERS: dict[str, Any] = {
     "ping": Daemon.op_ping,
     "envs": Daemon.op_envs,
+    "configure": Daemon.op_configure,
     "list": Daemon.op_list,
     "signal": Daemon.op_signal,
     "send_input": Daemon.op_send_input,

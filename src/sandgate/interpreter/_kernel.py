@@ -14,7 +14,10 @@ __all__ = ["Kernel", "KernelDied", "KernelStartError"]
 
 _START_TIMEOUT_S = 60.0
 _POLL_S = 1.0
-_SHUTDOWN_TIMEOUT_S = 5.0
+_NUDGE_TRIES = 30
+#: Deno's kernel may publish a cell's last output just after its ``idle`` status; we read
+#: on until IOPub has been quiet this long. Other kernels keep Jupyter's ordering.
+_TRAILING_QUIET_S = {"deno": 0.1}
 
 
 class KernelStartError(RuntimeError):
@@ -57,6 +60,22 @@ class Kernel:
             client.stop_channels()
             raise KernelStartError(f"the {self.kernel_name} kernel did not answer: {exc}") from exc
         self._client = client
+        await self._nudge()
+
+    async def _nudge(self) -> None:
+        """Waits until IOPub delivers: a subscription made just now misses what the kernel
+        publishes before it is joined, so we ask for kernel info until its status arrives."""
+        for _ in range(_NUDGE_TRIES):
+            msg_id = self._client.kernel_info()
+            try:
+                while True:
+                    msg = await self._client.get_iopub_msg(timeout=_POLL_S)
+                    if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                        await self._drain_shell()
+                        return
+            except queue.Empty:
+                continue
+        raise KernelStartError(f"the {self.kernel_name} kernel publishes no output")
 
     async def is_alive(self) -> bool:
         return self._manager is not None and bool(await self._manager.is_alive())
@@ -122,6 +141,16 @@ class Kernel:
             event = event_for(msg_type, content)
             if event is not None:
                 emit(event)
+        quiet = _TRAILING_QUIET_S.get(self.kernel_name)
+        while quiet is not None:
+            try:
+                msg = await client.get_iopub_msg(timeout=quiet)
+            except queue.Empty:
+                break
+            if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                event = event_for(str(msg["header"]["msg_type"]), dict(msg.get("content") or {}))
+                if event is not None:
+                    emit(event)
         await self._drain_shell()
 
     async def _drain_shell(self) -> None:

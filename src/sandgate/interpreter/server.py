@@ -200,7 +200,8 @@ def _optional_str(body: dict[str, Any], key: str) -> str | None:
 
 def kernel_env() -> dict[str, str]:
     """The environment every kernel starts with: the sandbox's, minus our own settings."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("SANDGATE_INTERPRETER_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDGATE_INTERPRETER_")}
+    return env | {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 
 
 async def serve(port: int, max_output: int) -> None:

@@ -37,7 +37,7 @@ from sandgate.guest.client import GuestClient, GuestError, GuestUnavailable
 from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec
 from sandgate.sandboxes.hooks import SandboxHook
 from sandgate.sandboxes.state import SandboxState, check_transition
-from sandgate.store import LIVE_STATES, Sandbox, SandboxPage, Store
+from sandgate.store import LIVE_STATES, Sandbox, SandboxPage, Store, Template
 
 __all__ = ["CreateRequest", "Route", "SandboxService"]
 
@@ -61,6 +61,14 @@ class CreateRequest:
     cpu_count: int | None = None
     memory_mb: int | None = None
     allow_internet_access: bool = False
+
+
+@dataclass(frozen=True)
+class _Warm:
+    """A started sandbox waiting in the pool: it has no row, owner or environment yet."""
+
+    sandbox_id: str
+    ref: str
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,8 @@ class SandboxService:
         self._routes: dict[str, Route] = {}
         self._admission = asyncio.Lock()
         self._reaper: asyncio.Task[None] | None = None
+        self._pool: dict[str, list[_Warm]] = {}
+        self._filling: dict[str, asyncio.Task[None]] = {}
 
     @property
     def runtime(self) -> Runtime:
@@ -134,15 +144,16 @@ class SandboxService:
                 f"`sandgate templates build {request.template}` (see `sandgate templates list`)"
             )
         now = datetime.now(UTC)
+        warm = await self._take_warm(template.name, cpu, memory)
         row = Sandbox(
-            id=_new_id(),
+            id=warm.sandbox_id if warm is not None else _new_id(),
             team_id=principal.team_id,
             api_key_id=principal.api_key_id,
             template_id=template.id,
             alias=template.name,
             state=SandboxState.STARTING.value,
             runtime=self._runtime.name,
-            runtime_ref=None,
+            runtime_ref=warm.ref if warm is not None else None,
             access_token=new_access_token(),
             metadata_=dict(request.metadata),
             cpu_count=cpu,
@@ -154,31 +165,27 @@ class SandboxService:
             end_at=now + timedelta(seconds=timeout_s),
             ended_at=None,
         )
-        async with self._admission:
-            self._check_quotas(principal.team_id)
-            self._store.add_sandbox(row)
         try:
-            host_dir = self._root / row.id
-            host_dir.mkdir(parents=True, mode=0o755)
-            extra_envs: dict[str, str] = {}
-            for hook in self._hooks:
-                extra_envs.update(await hook.attach(row, host_dir))
-            self._prepare_host_dir(host_dir, {**extra_envs, **request.envs})
-            spec = SandboxSpec(
-                sandbox_id=row.id,
-                image_ref=template.image_ref,
-                host_dir=host_dir,
-                cpu_count=cpu,
-                memory_mb=memory,
-                disk_size_mb=self._limits.disk_size_mb,
-                pids_limit=self._limits.pids_limit,
-                tmp_size_mb=self._limits.tmp_size_mb,
-                nofile=self._limits.nofile,
-                labels={"sandgate.team": principal.team_id},
-            )
-            ref = await self._runtime.create(spec)
-            await self._wait_ready(row.id)
-            await self._start_template_service(row.id, template.start_cmd, template.ready_port)
+            async with self._admission:
+                self._check_quotas(principal.team_id)
+                self._store.add_sandbox(row)
+        except BaseException:
+            if warm is not None:
+                self._pool.setdefault(template.name, []).append(warm)
+            raise
+        host_dir = self._root / row.id
+        try:
+            if warm is not None:
+                extra_envs = await self._attach(row, host_dir)
+                await self._guest(row.id).configure({**extra_envs, **request.envs})
+                ref = warm.ref
+                self._refill(template)
+            else:
+                host_dir.mkdir(parents=True, mode=0o755)
+                extra_envs = await self._attach(row, host_dir)
+                ref = await self._boot(
+                    row.id, template, cpu, memory, {**extra_envs, **request.envs}
+                )
         except BaseException:
             await self._discard(row.id)
             raise
@@ -188,8 +195,104 @@ class SandboxService:
         if started is None:
             raise _not_found(row.id)
         self._routes[row.id] = Route(row.id, row.access_token, self._guest(row.id))
-        log.info("sandbox.created", sandbox=row.id, template=template.name, team=row.team_id)
+        log.info(
+            "sandbox.created",
+            sandbox=row.id,
+            template=template.name,
+            team=row.team_id,
+            warm=warm is not None,
+        )
         return started
+
+    async def _attach(self, row: Sandbox, host_dir: Path) -> dict[str, str]:
+        extra_envs: dict[str, str] = {}
+        for hook in self._hooks:
+            extra_envs.update(await hook.attach(row, host_dir))
+        return extra_envs
+
+    async def _boot(
+        self, sandbox_id: str, template: Template, cpu: int, memory: int, envs: dict[str, str]
+    ) -> str:
+        """Starts a sandbox's container in an existing host directory and waits until its
+        guest (and the template's service) answers; returns the runtime reference."""
+        host_dir = self._root / sandbox_id
+        self._prepare_host_dir(host_dir, envs)
+        spec = SandboxSpec(
+            sandbox_id=sandbox_id,
+            image_ref=template.image_ref,
+            host_dir=host_dir,
+            cpu_count=cpu,
+            memory_mb=memory,
+            disk_size_mb=self._limits.disk_size_mb,
+            pids_limit=self._limits.pids_limit,
+            tmp_size_mb=self._limits.tmp_size_mb,
+            nofile=self._limits.nofile,
+        )
+        ref = await self._runtime.create(spec)
+        await self._wait_ready(sandbox_id)
+        await self._start_template_service(sandbox_id, template.start_cmd, template.ready_port)
+        return ref
+
+    # -- warm pool ------------------------------------------------------------------------
+
+    async def _take_warm(self, template: str, cpu: int, memory: int) -> _Warm | None:
+        """A started, unclaimed, answering sandbox of ``template`` with the default size."""
+        if (cpu, memory) != (self._limits.default_cpu_count, self._limits.default_memory_mb):
+            return None
+        pool = self._pool.get(template, [])
+        while pool:
+            warm = pool.pop(0)
+            if await self._guest_alive(warm.sandbox_id):
+                return warm
+            await self._discard(warm.sandbox_id)
+        return None
+
+    def _refill(self, template: Template) -> None:
+        wanted = self._config.templates.warm_pool.get(template.name, 0)
+        if wanted <= 0 or template.name in self._filling:
+            return
+        task = asyncio.create_task(self._fill(template, wanted), name=f"pool-{template.name}")
+        self._filling[template.name] = task
+
+    async def _fill(self, template: Template, wanted: int) -> None:
+        pool = self._pool.setdefault(template.name, [])
+        failures = 0
+        try:
+            while len(pool) < wanted and failures < 3:
+                sandbox_id = _new_id()
+                (self._root / sandbox_id).mkdir(parents=True, mode=0o755)
+                try:
+                    ref = await self._boot(
+                        sandbox_id,
+                        template,
+                        self._limits.default_cpu_count,
+                        self._limits.default_memory_mb,
+                        {},
+                    )
+                except SandgateError as exc:
+                    failures += 1
+                    log.warning("pool.boot_failed", template=template.name, error=exc.message)
+                    await self._discard(sandbox_id)
+                    continue
+                except asyncio.CancelledError:
+                    await self._discard(sandbox_id)  # stopped mid-boot: leave nothing behind
+                    raise
+                pool.append(_Warm(sandbox_id, ref))
+        finally:
+            self._filling.pop(template.name, None)
+
+    async def _drain_pool(self) -> None:
+        for name, task in list(self._filling.items()):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, SandgateError):
+                await task
+            self._filling.pop(name, None)
+        for pool in self._pool.values():
+            while pool:
+                warm = pool.pop()
+                with contextlib.suppress(SandgateError):
+                    await self._runtime.kill(warm.sandbox_id)
+                shutil.rmtree(self._root / warm.sandbox_id, ignore_errors=True)
 
     async def connect(
         self, principal: Principal, sandbox_id: str, timeout_s: int | None
@@ -269,6 +372,12 @@ class SandboxService:
         """Reattaches to sandboxes that survived a gateway restart, then starts the reaper."""
         await self.reattach()
         self._reaper = asyncio.create_task(self._reap_forever(), name="sandbox-reaper")
+        for name in self._config.templates.warm_pool:
+            template = self._store.template_by_name_or_id(name)
+            if template is None:
+                log.warning("pool.unknown_template", template=name)
+                continue
+            self._refill(template)
 
     async def stop(self) -> None:
         """Stops background work. Sandboxes keep running; the next start reattaches them."""
@@ -276,6 +385,7 @@ class SandboxService:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
+        await self._drain_pool()
 
     async def reattach(self) -> None:
         """Adopts the runtime's sandboxes that are still wanted; removes the rest."""

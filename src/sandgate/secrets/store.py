@@ -53,8 +53,7 @@ class SecretStore:
             value = self._environ.get(source.env)
             if not value:
                 raise ToolFailed(
-                    f"secret '{name}' is unavailable: the gateway's environment has no "
-                    f"{source.env}"
+                    f"secret '{name}' is unavailable: the gateway's environment has no {source.env}"
                 )
             return value
         path = Path(source.file or "").expanduser()

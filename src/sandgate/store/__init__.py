@@ -3,4 +3,13 @@
 from sandgate.store._store import LIVE_STATES, SandboxPage, Store
 from sandgate.store.models import ApiKey, AuditEntry, Sandbox, Team, Template
 
-__all__ = ["LIVE_STATES", "ApiKey", "AuditEntry", "Sandbox", "SandboxPage", "Store", "Team", "Template"]
+__all__ = [
+    "LIVE_STATES",
+    "ApiKey",
+    "AuditEntry",
+    "Sandbox",
+    "SandboxPage",
+    "Store",
+    "Team",
+    "Template",
+]

@@ -210,7 +210,6 @@ class Store:
         token = f"{rows[-1].started_at.isoformat()}|{rows[-1].id}" if more and rows else None
         return SandboxPage(rows, token)
 
-
     # -- audit index (the tool gateway's; audit/ owns the log itself) ---------------------
 
     def add_audit_entry(self, entry: AuditEntry) -> None:

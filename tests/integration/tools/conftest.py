@@ -90,7 +90,9 @@ def tools_server(sandgate_server_factory: ServerFactory) -> RunningServer:
     kind: python
     entry: "json:loads"
     description: placeholder replaced below
-""", "")
+""",
+        "",
+    )
     return sandgate_server_factory(config=config, extra_env={"SANDGATE_TEST_CANARY": CANARY})
 
 
@@ -103,8 +105,9 @@ def agent_sandbox(tools_server: RunningServer) -> Iterator[Callable[[str], tuple
     created: list[dict[str, Any]] = []
 
     def make(agent: str) -> tuple[str, Runner]:
-        box = create(tools_server.url, tools_server.api_key, timeout=300,
-                     metadata={"sandgate.agent": agent})
+        box = create(
+            tools_server.url, tools_server.api_key, timeout=300, metadata={"sandgate.agent": agent}
+        )
         created.append(box)
 
         def runner(command: str) -> CommandResult:
@@ -114,5 +117,7 @@ def agent_sandbox(tools_server: RunningServer) -> Iterator[Callable[[str], tuple
 
     yield make
     for box in created:
-        httpx.delete(f"{tools_server.url}/sandboxes/{box['sandboxID']}",
-                     headers={"X-API-Key": tools_server.api_key})
+        httpx.delete(
+            f"{tools_server.url}/sandboxes/{box['sandboxID']}",
+            headers={"X-API-Key": tools_server.api_key},
+        )

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from sandgate.api.errors import CONNECT_STATUS
 
@@ -25,6 +25,7 @@ __all__ = [
     "STREAM_CONTENT_TYPE",
     "RpcError",
     "envelope",
+    "json_bytes",
     "read_stream_request",
     "read_unary_request",
     "rpc_error_response",
@@ -50,15 +51,43 @@ class RpcError(Exception):
         self.message = message
 
 
+def json_bytes(message: Any) -> bytes:
+    """``message`` as compact UTF-8 JSON that every client can decode.
+
+    Names read from a sandbox may hold bytes that are not UTF-8 (a file called ``b"\\xff"``);
+    they reach the gateway as lone surrogates (``surrogateescape``), which UTF-8 cannot encode.
+    Such characters become U+FFFD, so the response is valid rather than a 500.
+    """
+    text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(_valid_text(message), separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _valid_text(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "replace").decode()
+    if isinstance(value, dict):
+        return {_valid_text(k): _valid_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_valid_text(v) for v in value]
+    return value
+
+
 def envelope(message: dict[str, Any], *, end: bool = False) -> bytes:
-    payload = json.dumps(message, separators=(",", ":")).encode()
+    payload = json_bytes(message)
     return _ENVELOPE.pack(_FLAG_END if end else 0, len(payload)) + payload
 
 
-def rpc_error_response(error: RpcError) -> JSONResponse:
-    return JSONResponse(
-        {"code": error.code, "message": error.message},
+def rpc_error_response(error: RpcError) -> Response:
+    return Response(
+        json_bytes({"code": error.code, "message": error.message}),
         status_code=CONNECT_STATUS.get(error.code, 500),
+        media_type="application/json",
     )
 
 
@@ -76,7 +105,7 @@ def stream_error_response(error: RpcError) -> Response:
 
 
 def unary_response(message: dict[str, Any]) -> Response:
-    return JSONResponse(message)
+    return Response(json_bytes(message), media_type="application/json")
 
 
 async def _read_body(request: Request) -> bytes:

@@ -15,13 +15,14 @@ import time
 import zlib
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from sandgate.access import tokens_equal
-from sandgate.api.e2b.connect import RpcError
+from sandgate.api.e2b.connect import RpcError, json_bytes
 from sandgate.api.e2b.filesystem import check_path
 from sandgate.api.e2b.users import parse_username
 from sandgate.guest.client import EntryInfo, GuestClient, GuestError, GuestUnavailable
@@ -45,11 +46,19 @@ _UPLOAD_CHUNK = 1024 * 1024
 _MAX_PARTS = 1000
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"code": status, "message": message}, status_code=status)
+def _json(value: Any) -> Response:
+    return Response(json_bytes(value), media_type="application/json")
 
 
-def _guest_error(exc: GuestError) -> JSONResponse:
+def _error(status: int, message: str) -> Response:
+    return Response(
+        json_bytes({"code": status, "message": message}),
+        status_code=status,
+        media_type="application/json",
+    )
+
+
+def _guest_error(exc: GuestError) -> Response:
     status = _STATUS.get(exc.code, 500)
     message = "not enough disk space" if status == 507 else exc.message
     return _error(status, message)
@@ -74,7 +83,7 @@ def signature_matches(query: dict[str, str], operation: str, token: str) -> bool
     return tokens_equal(query.get("signature"), expected)
 
 
-def _authorise(request: Request, operation: str) -> JSONResponse | None:
+def _authorise(request: Request, operation: str) -> Response | None:
     """None when allowed; otherwise the 401 to send. A token, if present, takes precedence."""
     route = request.scope["sandgate.route"]
     token = request.headers.get("x-access-token")
@@ -91,7 +100,7 @@ def _authorise(request: Request, operation: str) -> JSONResponse | None:
     return None
 
 
-def _unauthorised() -> JSONResponse:
+def _unauthorised() -> Response:
     return _error(
         401,
         "unauthorized access, please provide a valid access token or method signing if supported",
@@ -119,12 +128,32 @@ async def download(request: Request) -> Response:
         user = _user(request)
     except RpcError as exc:
         return _error(401 if exc.code == "unauthenticated" else 400, exc.message)
+    wanted = _byte_range(request.headers.get("range"))
     try:
-        reader = await _guest(request).read_file(path, user=user)
+        offset, last = 0, None
+        if wanted is not None:
+            first, last = wanted
+            if first is None:
+                size = (await _guest(request).stat(path, user=user)).size
+                first, last = max(0, size - (last or 0)), None
+            offset = first
+        length = None if last is None else last - offset + 1
+        reader = await _guest(request).read_file(path, user=user, offset=offset, length=length)
     except GuestError as exc:
         return _guest_error(exc)
     except GuestUnavailable:
         return _error(502, "the sandbox is not reachable")
+
+    headers = {"content-disposition": _disposition(reader.name), "accept-ranges": "bytes"}
+    status = 200
+    if wanted is not None:
+        if offset >= reader.size and reader.size > 0:
+            await reader.aclose()
+            return Response(status_code=416, headers={"content-range": f"bytes */{reader.size}"})
+        status = 206
+        end = reader.offset + reader.length - 1
+        headers["content-range"] = f"bytes {reader.offset}-{end}/{reader.size}"
+    headers["content-length"] = str(reader.length)
 
     async def body() -> AsyncIterator[bytes]:
         try:
@@ -133,15 +162,37 @@ async def download(request: Request) -> Response:
         finally:
             await reader.aclose()
 
-    name = reader.name.replace('"', "")
     return StreamingResponse(
-        body(),
-        media_type="application/octet-stream",
-        headers={
-            "content-disposition": f'inline; filename="{name}"',
-            "content-length": str(reader.size),
-        },
+        body(), status_code=status, media_type="application/octet-stream", headers=headers
     )
+
+
+def _byte_range(header: str | None) -> tuple[int | None, int | None] | None:
+    """One ``bytes=`` range as (first, last), (None, suffix length) or None (whole file).
+
+    Multiple ranges and malformed headers are ignored, which RFC 9110 allows.
+    """
+    if not header or not header.startswith("bytes=") or "," in header:
+        return None
+    first, sep, last = header[len("bytes=") :].strip().partition("-")
+    if not sep or not (first.isdigit() or last.isdigit()):
+        return None
+    if not first:
+        return None, int(last)
+    if last and not last.isdigit():
+        return None
+    if last and int(last) < int(first):
+        return None
+    return int(first), int(last) if last else None
+
+
+def _disposition(name: str) -> str:
+    """``inline`` with the file's name; RFC 5987 ``filename*`` when it is not plain ASCII
+    (header values are Latin-1 on the wire, and a sandbox's names may be any bytes)."""
+    if name.isascii() and name.isprintable():
+        return 'inline; filename="{}"'.format(name.replace("\\", "").replace('"', ""))
+    raw = name.encode("utf-8", "surrogateescape")
+    return f"inline; filename*=UTF-8''{quote(raw, safe='')}"
 
 
 def _metadata(request: Request) -> dict[str, str]:
@@ -206,7 +257,7 @@ async def _upload_raw(request: Request, user: str | None, metadata: dict[str, st
         raise RpcError("invalid_argument", f"unsupported content encoding {encoding!r}")
     chunks = _gunzip(request.stream()) if encoding == "gzip" else request.stream()
     entry = await _guest(request).write_file(path, chunks, user=user, metadata=metadata)
-    return JSONResponse([_upload_result(entry)])
+    return _json([_upload_result(entry)])
 
 
 async def _gunzip(source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -246,7 +297,7 @@ async def _upload_multipart(
                 target, _read_upload(part), user=user, metadata=metadata
             )
             results.append(_upload_result(entry))
-        return JSONResponse(results)
+        return _json(results)
     finally:
         await form.close()
 

@@ -115,9 +115,12 @@ def _timeout_ms(request: Request) -> int:
     if not raw:
         return 0
     try:
-        return max(0, int(raw))
+        value = int(raw)
     except ValueError:
         raise RpcError("invalid_argument", "connect-timeout-ms must be an integer") from None
+    if value < 0:
+        raise RpcError("invalid_argument", "connect-timeout-ms must not be negative")
+    return value
 
 
 async def _stream_call(

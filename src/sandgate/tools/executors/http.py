@@ -43,9 +43,7 @@ class HttpExecutor:
         except httpx.HTTPError as exc:
             raise ToolFailed(f"{context.tool}: request failed: {exc}") from None
         if response.status_code >= 300:
-            raise ToolFailed(
-                f"{context.tool}: HTTP {response.status_code}: {response.text[:1000]}"
-            )
+            raise ToolFailed(f"{context.tool}: HTTP {response.status_code}: {response.text[:1000]}")
         try:
             return response.json()
         except ValueError:

@@ -158,7 +158,7 @@ def _value(schema, text):
     return text
 '''
 
-BIN = '''#!/usr/bin/env python3
+BIN = """#!/usr/bin/env python3
 import os
 import sys
 
@@ -167,7 +167,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(_here), "python"))
 from sandgate_tools._cli import main
 
 sys.exit(main(%r))
-'''
+"""
 
 JS_CLIENT = r"""'use strict';
 // Sandgate tools available in this sandbox (generated; no dependencies).

@@ -138,7 +138,7 @@ async function scenario() {
       expected_pid: pid,
     }
   } catch (err) {
-    out.scenario_error = describeError(err)
+    out.scenario_error = { ...describeError(err), cause: String(err && err.cause), stack: String(err && err.stack) }
   } finally {
     out.cleanup = await attempt(() => sbx.kill())
   }

@@ -200,7 +200,7 @@ async function scenario() {
     }, 10)
     out.expired = expired || null
   } catch (err) {
-    out.scenario_error = describeError(err)
+    out.scenario_error = { ...describeError(err), cause: String(err && err.cause), stack: String(err && err.stack) }
   } finally {
     out.cleanup = await attempt(() => sbx.kill())
   }

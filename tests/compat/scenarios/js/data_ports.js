@@ -72,7 +72,7 @@ async function scenario() {
     out.neighbour = commandResult(await neighbour.commands.run('echo ok'))
     out.neighbour_running = await neighbour.isRunning()
   } catch (err) {
-    out.scenario_error = describeError(err)
+    out.scenario_error = { ...describeError(err), cause: String(err && err.cause), stack: String(err && err.stack) }
   } finally {
     await attempt(() => sbx.kill())
     out.cleanup = await attempt(() => neighbour.kill())

@@ -55,7 +55,7 @@ async function scenario() {
     await sbx.pty.sendInput(pid, enc.encode('exit\n'))
     out.exit_wait = await outcome(async () => commandResult(await reconnected.wait()))
   } catch (err) {
-    out.scenario_error = describeError(err)
+    out.scenario_error = { ...describeError(err), cause: String(err && err.cause), stack: String(err && err.stack) }
   } finally {
     out.cleanup = await attempt(() => sbx.kill())
   }
