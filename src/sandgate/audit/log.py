@@ -67,6 +67,18 @@ class AuditLog:
         self._index(sealed)
         return sealed
 
+    def check_writable(self) -> None:
+        """Raises ``AuditUnavailable`` unless a record could be appended right now; the
+        pipeline calls this before executing a tool, so no tool runs unaudited."""
+        try:
+            self._directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
+        except OSError as exc:
+            raise AuditUnavailable(
+                f"cannot write the audit log {self.path} ({exc.strerror}); tool calls are "
+                "refused until it is writable"
+            ) from None
+
     def records(self) -> Iterator[dict[str, Any]]:
         """Every record, oldest first (unverified: see ``verify``)."""
         for line in self._lines():

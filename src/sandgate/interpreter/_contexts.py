@@ -90,11 +90,12 @@ class Execution:
 class Context:
     """A language, a cwd and a kernel started on first use."""
 
-    def __init__(self, language: Language, cwd: str, env: dict[str, str]) -> None:
+    def __init__(self, language: Language, cwd: str, env: dict[str, str], max_output: int) -> None:
         self.id = str(uuid.uuid4())
         self.language = language
         self.cwd = cwd
         self._env = env
+        self._max_output = max_output
         self._kernel: Kernel | None = None
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -115,7 +116,12 @@ class Context:
                 raise KernelStartError(
                     f"cannot use {self.cwd} as working directory: {exc}"
                 ) from exc
-            kernel = Kernel(self.language.kernel, self.cwd, self._env)
+            kernel = Kernel(
+                self.language.kernel,
+                self.cwd,
+                self._env,
+                self.language.setup(self._max_output),
+            )
             await kernel.start()
             self._kernel = kernel
         return self._kernel
@@ -190,8 +196,9 @@ def _ignore(event: Event) -> None:
 class Contexts:
     """Every context of this sandbox, in creation order."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], max_output: int) -> None:
         self._env = env
+        self._max_output = max_output
         self._contexts: dict[str, Context] = {}
         self._defaults: dict[str, str] = {}
 
@@ -216,7 +223,7 @@ class Contexts:
         return self._contexts[context_id]
 
     def create(self, language: Language, cwd: str) -> Context:
-        context = Context(language, cwd, self._env)
+        context = Context(language, cwd, self._env, self._max_output)
         self._contexts[context.id] = context
         return context
 

@@ -29,15 +29,19 @@ class KernelDied(RuntimeError):
 
 
 class Kernel:
-    """A kernel named ``kernel_name`` (a Jupyter kernel spec) started in ``cwd`` with ``env``.
+    """A kernel named ``kernel_name`` (a Jupyter kernel spec) started in ``cwd`` with ``env``;
+    ``setup`` is code run silently after every start and restart.
 
     Not safe for concurrent ``run`` calls: the owner serialises them (``Context``).
     """
 
-    def __init__(self, kernel_name: str, cwd: str, env: dict[str, str]) -> None:
+    def __init__(
+        self, kernel_name: str, cwd: str, env: dict[str, str], setup: str | None = None
+    ) -> None:
         self.kernel_name = kernel_name
         self._cwd = cwd
         self._env = env
+        self._setup = setup
         self._manager: Any = None
         self._client: Any = None
 
@@ -61,6 +65,8 @@ class Kernel:
             raise KernelStartError(f"the {self.kernel_name} kernel did not answer: {exc}") from exc
         self._client = client
         await self._nudge()
+        if self._setup:
+            await self.run(self._setup, _raise_on_error, silent=True)
 
     async def _nudge(self) -> None:
         """Waits until IOPub delivers: a subscription made just now misses what the kernel
@@ -159,3 +165,8 @@ class Kernel:
                 await self._client.get_shell_msg(timeout=0)
             except queue.Empty:
                 return
+
+
+def _raise_on_error(event: Event) -> None:
+    if event["type"] == "error":
+        raise KernelStartError(f"kernel setup failed: {event['name']}: {event['value']}")

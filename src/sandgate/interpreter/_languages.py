@@ -30,6 +30,19 @@ class Language:
     kernel: str
     default_context: str
 
+    def setup(self, max_output: int) -> str | None:
+        """Code run silently after every kernel start, or ``None``.
+
+        Python: bounds what one cell may write to stdout/stderr. Past ``max_output``
+        characters the cell gets a truncation note on stderr and an ``OutputLimitExceeded``
+        (a ``BaseException``, so ``except Exception`` does not swallow it); the count
+        restarts with each cell. Stopping the writer inside the kernel keeps a print loop
+        from growing ipykernel's buffers until the sandbox runs out of memory.
+        """
+        if self.kernel != "python3":
+            return None
+        return _PYTHON_SETUP.replace("MAX_OUTPUT", str(max_output))
+
     def set_env(self, env: Mapping[str, str]) -> str:
         """Code that sets ``env`` in the kernel and remembers what it replaces."""
         if self.kernel == "python3":
@@ -79,6 +92,43 @@ class Language:
                 f"else unset {name}; fi; unset __sg_had_{name} __sg_old_{name}"
             )
         return "\n".join(lines)
+
+
+_PYTHON_SETUP = """
+def __sg_bound_output(limit):
+    import sys
+    from IPython import get_ipython
+
+    class OutputLimitExceeded(BaseException):
+        pass
+
+    written = [0]
+    get_ipython().events.register("pre_run_cell", lambda *_: written.__setitem__(0, 0))
+    note = sys.stderr.write
+
+    def bounded(write):
+        def limited(text):
+            before = written[0]
+            written[0] += len(text)
+            if written[0] <= limit:
+                return write(text)
+            if before <= limit:
+                write(text[: limit - before])
+                note(f"\\n[sandgate: output truncated after {limit} bytes]\\n")
+            raise OutputLimitExceeded(
+                f"the cell wrote more than {limit} bytes of output and was stopped; "
+                "the context's state is kept"
+            )
+
+        return limited
+
+    sys.stdout.write = bounded(sys.stdout.write)
+    sys.stderr.write = bounded(sys.stderr.write)
+
+
+__sg_bound_output(MAX_OUTPUT)
+del __sg_bound_output
+"""
 
 
 def _check_shell_name(name: str) -> None:

@@ -22,6 +22,7 @@ KEEPALIVE_S = 5.0
 DEFAULT_PORT = 49999
 DEFAULT_MAX_OUTPUT = 16 * 1024 * 1024
 _LINE_END = b"\n"
+_BACKSTOP_SLACK = 1024 * 1024
 
 
 class Server:
@@ -206,14 +207,16 @@ def kernel_env() -> dict[str, str]:
 
 async def serve(port: int, max_output: int) -> None:
     """Starts the default python kernel, then serves until cancelled."""
-    contexts = Contexts(kernel_env())
+    # The server's own limit is a backstop for kernels that do not bound themselves
+    # (javascript, bash) and for results; python's writers stop at ``max_output``.
+    contexts = Contexts(kernel_env(), max_output)
     python = contexts.default("python")
     contexts.default("javascript")
     try:
         await python.start()
     except KernelStartError as exc:
         print(f"sandgate-interpreter: {exc}; will retry on first use", file=sys.stderr)
-    server = Server(contexts, max_output=max_output)
+    server = Server(contexts, max_output=max_output + _BACKSTOP_SLACK)
     listener = await asyncio.start_server(server.handle, "127.0.0.1", port)
     print(f"sandgate-interpreter: listening on 127.0.0.1:{port}", file=sys.stderr, flush=True)
     try:

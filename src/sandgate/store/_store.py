@@ -14,8 +14,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config as AlembicConfig
 from sqlalchemy import Engine, create_engine, event, func, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -51,6 +49,10 @@ class Store:
         return store
 
     def migrate(self) -> None:
+        # Imported here: Alembic is slow to import and only needed once per process.
+        from alembic import command
+        from alembic.config import Config as AlembicConfig
+
         cfg = AlembicConfig()
         cfg.set_main_option("script_location", str(_MIGRATIONS))
         try:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -272,7 +271,7 @@ class Gateway:
         if call.replayed:
             return
         tool = _tool(call)
-        self._check_audit_writable()
+        self.audit.check_writable()
         context = ToolContext(
             tool=tool.name,
             subject=call.subject,
@@ -377,15 +376,6 @@ class Gateway:
         ):
             return Decision("ask", decision.rule_id, decision.rule)
         return decision
-
-    def _check_audit_writable(self) -> None:
-        directory = self.audit.path.parent
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        target = self.audit.path if self.audit.path.exists() else directory
-        if not os.access(target, os.W_OK):
-            raise AuditUnavailable(
-                f"the audit log {self.audit.path} is not writable; tool calls are refused"
-            )
 
     def _release_key(self, call: Call) -> None:
         """A call that ended without a result (cancelled) frees its key for a retry."""

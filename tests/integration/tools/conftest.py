@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.fixtures.server import RunningServer, ServerFactory
+from tests.fixtures.server import RunningServer, ServerFactory, free_port
 from tests.framework.envd import CommandResult, create, run
 
 GATEWAY_CONFIG = """
@@ -42,10 +47,14 @@ tools:
     kind: exec
     command: ["/bin/sh", "-c", "head -c 5000000 /dev/zero | tr '\\\\0' a"]
     output_limit: 1024
-  - name: argv_echo
-    kind: python
-    entry: "json:loads"
-    description: placeholder replaced below
+  - name: mstdio
+    kind: mcp
+    transport: stdio
+    command: ["{python}", "{mcp_server}"]
+  - name: mhttp
+    kind: mcp
+    transport: http
+    url: "http://127.0.0.1:{mcp_port}/mcp"
 policy:
   rules:
     - id: analyst-read
@@ -61,7 +70,7 @@ policy:
     - id: writer-all
       effect: allow
       subject: {agent: writer}
-      tool: [kv, echo_secret, sleeper, big]
+      tool: [kv, echo_secret, sleeper, big, "mstdio_*", "mhttp_*"]
     - id: limited-kv
       effect: allow
       subject: {agent: limited}
@@ -86,10 +95,14 @@ CANARY = "CANARY-7f3e9b21d4c8a6"
 @pytest.fixture(scope="session")
 def tools_server(sandgate_server_factory: ServerFactory) -> RunningServer:
     config = GATEWAY_CONFIG.replace(
-        """  - name: argv_echo
-    kind: python
-    entry: "json:loads"
-    description: placeholder replaced below
+        """  - name: mstdio
+    kind: mcp
+    transport: stdio
+    command: ["{python}", "{mcp_server}"]
+  - name: mhttp
+    kind: mcp
+    transport: http
+    url: "http://127.0.0.1:{mcp_port}/mcp"
 """,
         "",
     )

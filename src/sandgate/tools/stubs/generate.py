@@ -118,14 +118,15 @@ def _py_function(tool: Tool, name: str, action: str | None) -> str:
     for n, s, req in params:
         detail = _doc(str(s.get("description", "")))
         doc_lines.append(f"    {n} ({s.get('type', 'any')}{', required' if req else ''}): {detail}")
-    args = ", ".join(f"{n!r}: {n}" for n, _, _ in params)
+    entries = [f"{n!r}: {n}" for n, _, _ in params]
     if action is not None:
-        args = f"{tool.action!r}: {action!r}" + (", " + args if args else "")
+        entries.insert(0, f"{tool.action!r}: {action!r}")
+    args = ", ".join([*entries, "**extra"])
     doc = "\n".join(doc_lines)
     return (
         f"    def {name}({', '.join(signature)}) -> Any:\n"
         f'        """{doc}\n        """\n'
-        f"        return call({tool.name!r}, {{{args}, **extra}}, idempotency_key)\n"
+        f"        return call({tool.name!r}, {{{args}}}, idempotency_key)\n"
     )
 
 

@@ -1,0 +1,114 @@
+import asyncio
+import json
+import struct
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from sandgate.api.e2b.connect import RpcError, envelope, stream_response, with_keepalive
+
+
+def _frames(data: bytes) -> list[tuple[int, dict[str, Any]]]:
+    frames, offset = [], 0
+    while offset < len(data):
+        flags, length = struct.unpack_from(">BI", data, offset)
+        frames.append((flags, json.loads(data[offset + 5 : offset + 5 + length])))
+        offset += 5 + length
+    return frames
+
+
+async def _body(response: Any) -> bytes:
+    chunks = [chunk async for chunk in response.body_iterator]
+    return b"".join(c if isinstance(c, bytes) else c.encode() for c in chunks)
+
+
+def test_envelope_layout() -> None:
+    assert envelope({}) == b"\x00\x00\x00\x00\x02{}"
+    assert envelope({"a": 1}, end=True)[:5] == b"\x02\x00\x00\x00\x07"
+
+
+def test_stream_always_ends_with_end_of_stream() -> None:
+    async def messages() -> AsyncIterator[dict[str, Any]]:
+        yield {"event": {"start": {"pid": 1}}}
+
+    response = stream_response(messages())
+    assert response.headers["content-type"] == "application/connect+json"
+    frames = _frames(asyncio.run(_body(response)))
+    assert frames == [(0, {"event": {"start": {"pid": 1}}}), (2, {})]
+
+
+def test_rpc_error_becomes_the_end_of_stream_error() -> None:
+    async def messages() -> AsyncIterator[dict[str, Any]]:
+        yield {"x": 1}
+        raise RpcError("deadline_exceeded", "too slow")
+
+    frames = _frames(asyncio.run(_body(stream_response(messages()))))
+    assert frames[-1] == (2, {"error": {"code": "deadline_exceeded", "message": "too slow"}})
+
+
+def test_keepalive_fills_silence_and_stops_with_the_source() -> None:
+    async def scenario() -> list[dict[str, Any]]:
+        release = asyncio.Event()
+
+        async def source() -> AsyncIterator[dict[str, Any]]:
+            yield {"n": 1}
+            await release.wait()
+            yield {"n": 2}
+
+        seen: list[dict[str, Any]] = []
+        async for message in with_keepalive(source(), 0.01, {"keepalive": {}}):
+            seen.append(message)
+            if message == {"keepalive": {}}:
+                release.set()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert seen[0] == {"n": 1}
+    assert {"keepalive": {}} in seen
+    assert seen[-1] == {"n": 2}
+
+
+def test_closing_early_closes_the_source() -> None:
+    closed = asyncio.Event()
+
+    async def scenario() -> None:
+        async def source() -> AsyncIterator[dict[str, Any]]:
+            try:
+                yield {"n": 1}
+                await asyncio.Event().wait()
+                yield {"never": True}
+            finally:
+                closed.set()
+
+        stream = with_keepalive(source(), 10, {"keepalive": {}})
+        assert await stream.__anext__() == {"n": 1}
+        await stream.aclose()
+
+    asyncio.run(scenario())
+    assert closed.is_set()
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"host": "8000-abc123.sandbox.localhost"}, (8000, "abc123")),
+        (
+            {"host": "49983-abc.example.com:443", "e2b-sandbox-id": "zzz", "e2b-sandbox-port": "1"},
+            (49983, "abc"),
+        ),
+        ({"e2b-sandbox-id": "abc", "e2b-sandbox-port": "49999"}, (49999, "abc")),
+        ({"e2b-sandbox-id": "abc"}, "Missing header: E2b-Sandbox-Port"),
+        ({"e2b-sandbox-port": "1"}, "Missing header: E2b-Sandbox-Id"),
+        (
+            {"e2b-sandbox-id": "abc", "e2b-sandbox-port": "x"},
+            "Invalid header: E2b-Sandbox-Port must be a port number",
+        ),
+        ({"host": "localhost:7788"}, None),
+        ({"host": "api.sandbox.localhost"}, None),
+    ],
+)
+def test_routing_rules(headers: dict[str, str], expected: object) -> None:
+    from sandgate.api.routing import _target
+
+    assert _target(headers) == expected

@@ -1,0 +1,124 @@
+"""The whole call pipeline with real services (python tools, file audit, SQLite index)."""
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandgate.config import load_config
+from sandgate.policy import Subject
+from sandgate.store import Store
+from sandgate.tools import Gateway, build_gateway
+from tests.unit.tools import sample_tools
+
+CONFIG = """
+secrets:
+  TOKEN: {env: PIPELINE_TEST_TOKEN}
+tools:
+  - name: echo
+    kind: python
+    entry: "tests.unit.tools.sample_tools:echo"
+    secrets: [TOKEN]
+    parameters:
+      type: object
+      properties:
+        n: {type: integer}
+  - name: boom
+    kind: python
+    entry: "tests.unit.tools.sample_tools:boom"
+    secrets: [TOKEN]
+  - name: danger
+    kind: python
+    entry: "tests.unit.tools.sample_tools:echo"
+    risk: high
+policy:
+  rules:
+    - id: limited
+      effect: allow
+      tool: echo
+      subject: {agent: limited}
+      rate_limit: {calls: 2, window_s: 3600}
+    - id: allow-all
+      effect: allow
+      tool: [echo, boom, danger]
+approvals:
+  timeout_s: 0.2
+"""
+TOKEN = "tok-9f8e7d6c5b4a"
+SUBJECT = Subject(sandbox_id="sb1", team_id="team", agent="analyst")
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Gateway:
+    monkeypatch.setenv("PIPELINE_TEST_TOKEN", TOKEN)
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG)
+    config = load_config(path, environ={"SANDGATE_HOME": str(tmp_path)})
+    return build_gateway(config, Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+
+
+def call(gateway: Gateway, name: Any, args: Any, subject: Subject = SUBJECT,
+         key: str | None = None) -> dict[str, Any]:
+    return asyncio.run(gateway.call(subject, name, args, key)).wire()
+
+
+def test_allowed_call_is_validated_redacted_and_audited(gateway: Gateway) -> None:
+    reply = call(gateway, "echo", {"n": "7"})
+    assert reply["ok"] and reply["result"] == {"received": {"n": 7}, "secret": "[REDACTED:TOKEN]"}
+    record = list(gateway.audit.records())[-1]
+    assert (record["tool"], record["outcome"], record["rule"]) == ("echo", "allowed", "allow-all")
+    assert TOKEN not in gateway.audit.path.read_text()
+
+
+def test_GW_01_unknown_tool_is_denied_and_audited(gateway: Gateway) -> None:
+    reply = call(gateway, "nope", {})
+    assert reply["error"]["code"] == "policy_denied" and reply["error"]["status"] == 403
+    record = list(gateway.audit.records())[-1]
+    assert (record["outcome"], record["rule"]) == ("denied", "default-deny")
+
+
+def test_invalid_arguments_name_the_field(gateway: Gateway) -> None:
+    reply = call(gateway, "echo", {"n": "x"})
+    assert reply["error"]["code"] == "invalid_arguments" and "'n'" in reply["error"]["message"]
+    assert list(gateway.audit.records())[-1]["outcome"] == "invalid"
+
+
+def test_SEC_failure_message_is_redacted(gateway: Gateway) -> None:
+    reply = call(gateway, "boom", {})
+    assert reply["error"]["code"] == "tool_failed"
+    assert TOKEN not in reply["error"]["message"] and "[REDACTED:TOKEN]" in reply["error"]["message"]
+    assert TOKEN not in gateway.audit.path.read_text()
+
+
+def test_GW_11_rate_limit_per_sandbox(gateway: Gateway) -> None:
+    limited = Subject(sandbox_id="sb-l", team_id="team", agent="limited")
+    codes = [call(gateway, "echo", {}, limited).get("error", {}).get("code") for _ in range(3)]
+    assert codes == [None, None, "rate_limited"]
+    other = Subject(sandbox_id="sb-other", team_id="team", agent="limited")
+    assert call(gateway, "echo", {}, other)["ok"]
+
+
+def test_GW_16_idempotency_key_returns_first_result(gateway: Gateway) -> None:
+    before = len(sample_tools.CALLS)
+    first = call(gateway, "echo", {"n": 1}, key="k1")
+    second = call(gateway, "echo", {"n": 1}, key="k1")
+    assert first == second and len(sample_tools.CALLS) == before + 1
+    assert call(gateway, "echo", {"n": 2}, key="k1")["error"]["code"] == "invalid_arguments"
+
+
+def test_high_risk_allow_still_asks_and_times_out_denied(gateway: Gateway) -> None:
+    reply = call(gateway, "danger", {})
+    assert reply["error"]["code"] == "approval_denied" and "expired" in reply["error"]["message"]
+    record = list(gateway.audit.records())[-1]
+    assert record["outcome"] == "denied" and record["approval"].startswith("apr_")
+
+
+def test_GW_10_unwritable_audit_fails_closed(gateway: Gateway) -> None:
+    call(gateway, "echo", {})
+    gateway.audit.path.unlink()
+    gateway.audit.path.mkdir()  # a directory where the log should be: unwritable even for root
+    before = len(sample_tools.CALLS)
+    reply = call(gateway, "echo", {})
+    assert reply["error"]["code"] == "audit_unavailable" and reply["error"]["status"] == 503
+    assert len(sample_tools.CALLS) == before
