@@ -100,6 +100,14 @@ def test_sigkilled_gateway_finds_its_sandboxes_again(
     keep = create(server.url, server.api_key, timeout=600)
     expire = create(server.url, server.api_key, timeout=3)
     expire_at = datetime.fromisoformat(_info(server, expire["sandboxID"]).json()["endAt"])
+    frozen = create(server.url, server.api_key, timeout=600)
+    assert (
+        httpx.post(
+            f"{server.url}/sandboxes/{frozen['sandboxID']}/pause",
+            headers={"X-API-Key": server.api_key},
+        ).status_code
+        == 204
+    )
     server.kill()
     # Let the short-lived sandbox's deadline pass while no gateway runs.
     _wait_until(lambda: datetime.now(expire_at.tzinfo) > expire_at, 30, "the deadline")
@@ -112,6 +120,15 @@ def test_sigkilled_gateway_finds_its_sandboxes_again(
     assert _info(server, expire["sandboxID"]).status_code == 404
     assert not _container_exists(expire["sandboxID"])
     assert not (server.home / "sandboxes" / expire["sandboxID"]).exists()
+    assert _info(server, frozen["sandboxID"]).json()["state"] == "paused"
+    resumed = httpx.post(
+        f"{server.url}/sandboxes/{frozen['sandboxID']}/connect",
+        json={"timeout": 60},
+        headers={"X-API-Key": server.api_key},
+    )
+    assert resumed.status_code == 201
+    thawed = run(server.url, frozen["sandboxID"], frozen["envdAccessToken"], "echo thawed")
+    assert thawed.stdout == "thawed\n"
 
 
 def test_quota_per_team_names_the_limit(sandgate_server_factory: ServerFactory) -> None:
@@ -189,3 +206,38 @@ def test_create_with_engine_gone_leaves_no_row_and_no_directory(tmp_path: Path) 
     assert store.count_live() == 0
     assert store.live_sandboxes() == []
     assert list((tmp_path / "sandboxes").iterdir()) == []
+
+
+def test_pause_freezes_and_connect_resumes(sandgate_server: RunningServer) -> None:
+    created = create(sandgate_server.url, sandgate_server.api_key, timeout=600)
+    sandbox_id, token = created["sandboxID"], created["envdAccessToken"]
+    run(sandgate_server.url, sandbox_id, token, "echo before > /home/user/state")
+    headers = {"X-API-Key": sandgate_server.api_key}
+    url = sandgate_server.url
+    assert (
+        httpx.post(
+            f"{url}/sandboxes/{sandbox_id}/pause", json={"memory": True}, headers=headers
+        ).status_code
+        == 204
+    )
+    again = httpx.post(f"{url}/sandboxes/{sandbox_id}/pause", json={}, headers=headers)
+    assert again.status_code == 409 and "it is paused" in again.json()["message"]
+    assert _info(sandgate_server, sandbox_id).json()["state"] == "paused"
+    paused = httpx.get(f"{url}/v2/sandboxes", params={"state": "paused"}, headers=headers).json()
+    assert sandbox_id in [s["sandboxID"] for s in paused]
+    health = httpx.get(
+        f"{url}/health", headers={"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": "49983"}
+    )
+    assert health.status_code == 502
+    container = docker.from_env().api.inspect_container(f"sandgate-{sandbox_id}")
+    assert container["State"]["Paused"] is True
+
+    resumed = httpx.post(f"{url}/v2/sandboxes/{sandbox_id}/connect", json={}, headers=headers)
+    assert resumed.status_code == 201
+    assert resumed.json()["envdAccessToken"] == token
+    result = run(url, sandbox_id, token, "cat /home/user/state")
+    assert result.stdout == "before\n", "memory and files survive a pause"
+    assert (
+        httpx.post(f"{url}/v2/sandboxes/{sandbox_id}/connect", json={}, headers=headers).status_code
+        == 200
+    )

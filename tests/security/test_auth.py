@@ -22,6 +22,8 @@ CONTROL_ROUTES = [
     ("POST", "/sandboxes/abc/timeout"),
     ("POST", "/sandboxes/abc/connect"),
     ("POST", "/v2/sandboxes/abc/connect"),
+    ("POST", "/sandboxes/abc/pause"),
+    ("POST", "/sandboxes/abc/resume"),
 ]
 
 

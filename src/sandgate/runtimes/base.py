@@ -69,6 +69,14 @@ class Runtime(Protocol):
         """Stops the sandbox and removes everything the runtime made for it; idempotent."""
         ...
 
+    async def pause(self, sandbox_id: str) -> None:
+        """Freezes every process of the sandbox (memory kept)."""
+        ...
+
+    async def resume(self, sandbox_id: str) -> None:
+        """Thaws a paused sandbox."""
+        ...
+
     async def list(self) -> list[RuntimeSandbox]:
         """All sandboxes this Sandgate instance owns, in any state."""
         ...

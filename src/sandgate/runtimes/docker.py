@@ -93,6 +93,13 @@ class DockerRuntime:
 
         await self._call(remove)
 
+    async def pause(self, sandbox_id: str) -> None:
+        """``docker pause``: the cgroup freezer stops every process; memory stays."""
+        await self._call(lambda c: c.api.pause(_name(sandbox_id)))
+
+    async def resume(self, sandbox_id: str) -> None:
+        await self._call(lambda c: c.api.unpause(_name(sandbox_id)))
+
     async def list(self) -> list[RuntimeSandbox]:
         def listing(client: Any) -> list[dict[str, Any]]:
             filters = {"label": [f"{_LABEL_INSTANCE}={self._instance_id}"]}

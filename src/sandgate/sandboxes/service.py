@@ -105,6 +105,7 @@ class SandboxService:
         self._admission = asyncio.Lock()
         self._reaper: asyncio.Task[None] | None = None
         self._pool: dict[str, list[_Warm]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
         self._filling: dict[str, asyncio.Task[None]] = {}
 
     @property
@@ -298,14 +299,37 @@ class SandboxService:
         self, principal: Principal, sandbox_id: str, timeout_s: int | None
     ) -> tuple[Sandbox, bool]:
         """Returns the sandbox and whether it had to be resumed. A running sandbox's deadline
-        is only ever extended here, never shortened."""
+        is only ever extended here, never shortened; a paused one is resumed first."""
         row = self.get(principal, sandbox_id)
         timeout = self._check_timeout(timeout_s)
+        resumed = row.state == SandboxState.PAUSED.value
+        if resumed:
+            async with self._lock(row.id):
+                row = self.get(principal, sandbox_id)
+                resumed = row.state == SandboxState.PAUSED.value
+                if resumed:
+                    check_transition(row.id, SandboxState.PAUSED, SandboxState.RUNNING)
+                    await self._runtime.resume(row.id)
+                    self._store.update_sandbox(row.id, state=SandboxState.RUNNING.value)
+                    log.info("sandbox.resumed", sandbox=row.id)
         new_end = max(row.end_at, datetime.now(UTC) + timedelta(seconds=timeout))
         updated = self._store.update_sandbox(row.id, end_at=new_end)
         if updated is None:
             raise _not_found(sandbox_id)
-        return updated, False
+        return updated, resumed
+
+    async def pause(self, principal: Principal, sandbox_id: str) -> None:
+        """Freezes an owned running sandbox; raises ``Conflict`` if it is already paused."""
+        async with self._lock(sandbox_id):
+            row = self.get(principal, sandbox_id)
+            check_transition(row.id, SandboxState(row.state), SandboxState.PAUSED)
+            self._routes.pop(row.id, None)
+            await self._runtime.pause(row.id)
+            self._store.update_sandbox(row.id, state=SandboxState.PAUSED.value)
+            log.info("sandbox.paused", sandbox=row.id)
+
+    def _lock(self, sandbox_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(sandbox_id, asyncio.Lock())
 
     def get(self, principal: Principal, sandbox_id: str) -> Sandbox:
         row = self._store.sandbox(sandbox_id)
@@ -394,13 +418,17 @@ class SandboxService:
         for found in await self._runtime.list():
             seen.add(found.sandbox_id)
             row = self._store.sandbox(found.sandbox_id)
-            wanted = (
-                row is not None
-                and row.state in LIVE_STATES
-                and row.end_at > now
+            alive = row is not None and row.state in LIVE_STATES and row.end_at > now
+            if alive and row is not None and row.state == SandboxState.PAUSED.value:
+                if found.state is RuntimeState.PAUSED:
+                    log.info("sandbox.reattached", sandbox=found.sandbox_id, state="paused")
+                    continue
+                alive = False
+            if (
+                alive
                 and found.state is RuntimeState.RUNNING
-            )
-            if wanted and await self._guest_alive(found.sandbox_id):
+                and await self._guest_alive(found.sandbox_id)
+            ):
                 adopted = self._store.update_sandbox(
                     found.sandbox_id, state=SandboxState.RUNNING.value
                 )
@@ -442,6 +470,7 @@ class SandboxService:
 
     async def _terminate(self, sandbox_id: str, *, reason: str) -> None:
         self._routes.pop(sandbox_id, None)
+        self._locks.pop(sandbox_id, None)
         row = self._store.sandbox(sandbox_id)
         if row is not None and row.state in LIVE_STATES:
             check_transition(sandbox_id, SandboxState(row.state), SandboxState.KILLED)
@@ -584,15 +613,3 @@ def _parse_token(token: str) -> tuple[datetime, str]:
         return datetime.fromisoformat(started), last_id
     except ValueError:
         raise InvalidRequest("invalid nextToken: pass back the x-next-token header value") from None
-
-
-def sandbox_dict(row: Sandbox) -> dict[str, Any]:
-    """Debug view of a row (CLI)."""
-    return {
-        "id": row.id,
-        "template": row.alias,
-        "state": row.state,
-        "started_at": row.started_at.isoformat(),
-        "end_at": row.end_at.isoformat(),
-        "metadata": row.metadata_,
-    }

@@ -20,7 +20,7 @@ class SandboxState(StrEnum):
 
 _ALLOWED = {
     SandboxState.STARTING: {SandboxState.RUNNING, SandboxState.KILLED},
-    SandboxState.RUNNING: {SandboxState.PAUSED, SandboxState.KILLED, SandboxState.RUNNING},
+    SandboxState.RUNNING: {SandboxState.PAUSED, SandboxState.KILLED},
     SandboxState.PAUSED: {SandboxState.RUNNING, SandboxState.KILLED},
     SandboxState.KILLED: set(),
 }

@@ -358,6 +358,10 @@ class Gateway:
                 f"tool {str(call.requested)[:100]!r}: no policy rule allows this call "
                 "(default deny)"
             )
+        if not self.policy.may_use(call.subject, tool.name):
+            # A tool this subject can never use is denied before validation, so its schema
+            # (and existence) is not revealed through validation errors (GW-01).
+            raise PolicyDenied(f"{tool.name}: no policy rule allows this call (default deny)")
         call.tool = tool
         call.arguments = validate_arguments(tool.name, tool.parameters, call.raw_arguments)
         if tool.action is not None:

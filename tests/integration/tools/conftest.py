@@ -92,19 +92,39 @@ approvals:
 CANARY = "CANARY-7f3e9b21d4c8a6"
 
 
+MCP_SERVER = Path(__file__).with_name("mcp_server.py")
+
+
 @pytest.fixture(scope="session")
-def tools_server(sandgate_server_factory: ServerFactory) -> RunningServer:
-    config = GATEWAY_CONFIG.replace(
-        """  - name: mstdio
-    kind: mcp
-    transport: stdio
-    command: ["{python}", "{mcp_server}"]
-  - name: mhttp
-    kind: mcp
-    transport: http
-    url: "http://127.0.0.1:{mcp_port}/mcp"
-""",
-        "",
+def mcp_http_port() -> Iterator[int]:
+    """A streamable-HTTP MCP server (official SDK) started by the test session."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(MCP_SERVER), "http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                raise AssertionError("the MCP test server did not start") from None
+            time.sleep(0.05)
+    yield port
+    process.terminate()
+    process.wait(10)
+
+
+@pytest.fixture(scope="session")
+def tools_server(sandgate_server_factory: ServerFactory, mcp_http_port: int) -> RunningServer:
+    config = (
+        GATEWAY_CONFIG.replace("{python}", sys.executable)
+        .replace("{mcp_server}", str(MCP_SERVER))
+        .replace("{mcp_port}", str(mcp_http_port))
     )
     return sandgate_server_factory(config=config, extra_env={"SANDGATE_TEST_CANARY": CANARY})
 

@@ -42,21 +42,31 @@ def wait_for(condition: Callable[[], Any], what: str, timeout: float = 30) -> An
 
 def test_shell_python_and_js_call_styles(tools_server: RunningServer, agent_sandbox: Make) -> None:
     sandbox_id, run = agent_sandbox("writer")
-    shell = run("""kv set style:1 '{"n": 1}' && kv get style:1""")
+    assert run("""kv set style:1 '{"n": 1}'""").exit_code == 0
+    shell = run("kv get style:1")
     assert shell.exit_code == 0, shell.stderr
-    assert json.loads(shell.stdout.split("\n", 1)[1]) == {"n": 1} or '"n": 1' in shell.stdout
-    python = run("python3 -c 'import sandgate_tools as t; print(t.kv.get(key=\"style:1\")[\"n\"])'")
+    assert json.loads(shell.stdout) == {"n": 1}
+    python = run('python3 -c \'import sandgate_tools as t; print(t.kv.get(key="style:1")["n"])\'')
     assert python.stdout.strip() == "1", python.stderr
     # The base image has no node; the generated module runs under the host's node against
     # this sandbox's own socket (identity is the socket, so it acts as this sandbox).
     node = shutil.which("node")
     assert node is not None
     host_dir = tools_server.home / "sandboxes" / sandbox_id
-    script = ("const t = require('sandgate_tools');"
-              "t.kv.get({key: 'style:1'}).then(v => console.log(JSON.stringify(v)));")
-    js = subprocess.run([node, "-e", script], capture_output=True, text=True, timeout=30,
-                        env={"NODE_PATH": str(host_dir / "tools" / "js"),
-                             "SANDGATE_GATEWAY_SOCKET": str(host_dir / "gateway.sock")})
+    script = (
+        "const t = require('sandgate_tools');"
+        "t.kv.get({key: 'style:1'}).then(v => console.log(JSON.stringify(v)));"
+    )
+    js = subprocess.run(
+        [node, "-e", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={
+            "NODE_PATH": str(host_dir / "tools" / "js"),
+            "SANDGATE_GATEWAY_SOCKET": str(host_dir / "gateway.sock"),
+        },
+    )
     assert js.returncode == 0, js.stderr
     assert json.loads(js.stdout) == {"n": 1}
     assert "get(args?: KvArgs" in (host_dir / "tools" / "js" / "sandgate_tools.d.ts").read_text()
@@ -90,13 +100,16 @@ def test_policy_allows_reads_denies_writes_and_audits_both(
     ]
 
 
-def test_GW_01_unknown_tool_is_policy_denied(tools_server: RunningServer,
-                                            agent_sandbox: Make) -> None:
+def test_GW_01_unknown_tool_is_policy_denied(
+    tools_server: RunningServer, agent_sandbox: Make
+) -> None:
     sandbox_id, run = agent_sandbox("data-analyst")
-    result = run("python3 -c 'from sandgate_tools import call, ToolError\n"
-                 "for n in [\"echo_secret\", \"nope\", \"../kv\", \"kv\\u200b\"]:\n"
-                 "    try: call(n, {})\n"
-                 "    except ToolError as e: print(e.code)'")
+    result = run(
+        "python3 -c 'from sandgate_tools import call, ToolError\n"
+        'for n in ["echo_secret", "nope", "../kv", "kv\\u200b"]:\n'
+        "    try: call(n, {})\n"
+        "    except ToolError as e: print(e.code)'"
+    )
     assert result.stdout.split() == ["policy_denied"] * 4
     rows = audit_query(tools_server, "--sandbox", sandbox_id, "--outcome", "denied")
     assert len(rows) == 4 and {r["rule"] for r in rows} == {"default-deny"}
@@ -134,13 +147,13 @@ def test_approval_deny_via_api(tools_server: RunningServer, agent_sandbox: Make)
     headers = {"X-API-Key": tools_server.api_key}
 
     def pending() -> list[dict[str, Any]]:
-        body = httpx.get(f"{tools_server.url}/v1/approvals", params={"state": "pending"},
-                         headers=headers).json()
+        body = httpx.get(
+            f"{tools_server.url}/v1/approvals", params={"state": "pending"}, headers=headers
+        ).json()
         return [a for a in body["approvals"] if a["sandbox_id"] == sandbox_id]
 
     approval = wait_for(pending, "a pending approval")[0]
-    response = httpx.post(f"{tools_server.url}/v1/approvals/{approval['id']}/deny",
-                          headers=headers)
+    response = httpx.post(f"{tools_server.url}/v1/approvals/{approval['id']}/deny", headers=headers)
     assert response.status_code == 200 and response.json()["state"] == "denied"
     call["thread"].join(60)
     assert call["result"].exit_code == 1 and "approval_denied" in call["result"].stderr
@@ -158,8 +171,9 @@ def test_approval_timeout_denies(tools_server: RunningServer, agent_sandbox: Mak
 def test_GW_11_rate_limit_then_429(agent_sandbox: Make) -> None:
     _, run = agent_sandbox("limited")
     _, other = agent_sandbox("limited")
-    result = run("for i in 1 2 3 4; do kv get a >/dev/null 2>/tmp/err$i; echo $?; done; "
-                 "cat /tmp/err4")
+    result = run(
+        "for i in 1 2 3 4; do kv get a >/dev/null 2>/tmp/err$i; echo $?; done; cat /tmp/err4"
+    )
     assert result.stdout.split("\n")[:4] == ["0", "0", "0", "1"]
     assert "rate_limited" in result.stdout
     assert other("kv get a").exit_code == 0  # another sandbox is unaffected
@@ -173,8 +187,10 @@ def test_SEC_01_secret_never_reaches_sandbox_output_logs_or_audit(
     assert echoed.exit_code == 0, echoed.stderr
     reply = json.loads(echoed.stdout)
     assert reply == {"got": "hello", "secret": "[REDACTED:CANARY]"}
-    search = run("grep -rl CANARY- /run/sandgate /home /tmp /etc 2>/dev/null; "
-                 "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c CANARY-; env")
+    search = run(
+        "grep -rl CANARY- /run/sandgate /home /tmp /etc 2>/dev/null; "
+        "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c CANARY-; env"
+    )
     assert CANARY not in search.stdout
     assert CANARY not in tools_server.log_text()
     assert CANARY not in (tools_server.home / "audit" / "audit.jsonl").read_text()
@@ -182,11 +198,14 @@ def test_SEC_01_secret_never_reaches_sandbox_output_logs_or_audit(
 
 def test_mcp_tools_over_stdio_and_http(tools_server: RunningServer, agent_sandbox: Make) -> None:
     _, run = agent_sandbox("writer")
-    result = run("python3 -c 'import sandgate_tools as t; "
-                 "print(t.mstdio_add(a=2, b=\"3\")[\"result\"], t.mhttp_shout(text=\"hi\"))'")
+    result = run(
+        "python3 -c 'import sandgate_tools as t; "
+        'print(t.mstdio_add(a=2, b="3")["result"], t.mhttp_shout(text="hi"))\''
+    )
     assert result.stdout.split() == ["5", "HI"], result.stderr
-    listed = httpx.get(f"{tools_server.url}/v1/tools",
-                       headers={"X-API-Key": tools_server.api_key}).json()["tools"]
+    listed = httpx.get(
+        f"{tools_server.url}/v1/tools", headers={"X-API-Key": tools_server.api_key}
+    ).json()["tools"]
     add = next(t for t in listed if t["name"] == "mstdio_add")
     assert add["parameters"]["required"] == ["a", "b"] and add["kind"] == "mcp"
 
@@ -215,29 +234,49 @@ def test_GW_10_and_GW_14_audit_invisible_and_socket_has_no_other_routes(
     agent_sandbox: Make,
 ) -> None:
     _, run = agent_sandbox("writer")
-    look = run("ls -A /run/sandgate; find / -name 'audit*' -not -path '/proc/*' 2>/dev/null")
-    assert "audit" not in look.stdout
-    probe = run("python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); "
-                "s.connect(\"/run/sandgate/gateway.sock\"); "
-                "s.sendall(b\"GET /admin HTTP/1.1\\r\\n\\r\\n\"); print(s.recv(4096).decode())'")
+    look = run("ls -A /run/sandgate; find / -name 'audit.jsonl' -not -path '/proc/*' 2>/dev/null")
+    assert look.stdout.split() == ["gateway.sock", "guest.json", "guest.pyz", "guest.sock", "tools"]
+    probe = run(
+        "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); "
+        's.connect("/run/sandgate/gateway.sock"); '
+        's.sendall(b"GET /admin HTTP/1.1\\r\\n\\r\\n"); print(s.recv(4096).decode())\''
+    )
     assert json.loads(probe.stdout)["error"]["code"] == "invalid_request"
 
 
 def test_AUTH_01_v1_routes_need_an_api_key(tools_server: RunningServer) -> None:
-    routes = [("GET", "/v1/tools"), ("GET", "/v1/policy"), ("POST", "/v1/policy/dry-run"),
-              ("GET", "/v1/approvals"), ("POST", "/v1/approvals/apr_x/approve"),
-              ("POST", "/v1/approvals/apr_x/deny"), ("GET", "/v1/audit")]
+    routes = [
+        ("GET", "/v1/tools"),
+        ("GET", "/v1/policy"),
+        ("POST", "/v1/policy/dry-run"),
+        ("GET", "/v1/approvals"),
+        ("POST", "/v1/approvals/apr_x/approve"),
+        ("POST", "/v1/approvals/apr_x/deny"),
+        ("GET", "/v1/audit"),
+    ]
     for method, path in routes:
-        for headers in ({}, {"X-API-Key": "e2b_" + "0" * 40},
-                        {"X-API-Key": tools_server.api_key + " "}):
+        for headers in (
+            {},
+            {"X-API-Key": "e2b_" + "0" * 40},
+            {"X-API-Key": tools_server.api_key + " "},
+        ):
             response = httpx.request(method, tools_server.url + path, headers=headers, json={})
             assert response.status_code == 401, (method, path, headers)
     headers = {"X-API-Key": tools_server.api_key}
-    dry = httpx.post(f"{tools_server.url}/v1/policy/dry-run", headers=headers,
-                     json={"tool": "kv", "arguments": {"op": "set", "key": "k", "value": 1},
-                           "agent": "data-analyst"})
-    assert dry.json() == {"effect": "deny", "rule": "analyst-no-write",
-                          "reason": "policy rule 'analyst-no-write' says deny"}
+    dry = httpx.post(
+        f"{tools_server.url}/v1/policy/dry-run",
+        headers=headers,
+        json={
+            "tool": "kv",
+            "arguments": {"op": "set", "key": "k", "value": 1},
+            "agent": "data-analyst",
+        },
+    )
+    assert dry.json() == {
+        "effect": "deny",
+        "rule": "analyst-no-write",
+        "reason": "policy rule 'analyst-no-write' says deny",
+    }
 
 
 def test_audit_verify_and_tampering(tools_server: RunningServer, tmp_path: Path) -> None:
@@ -255,6 +294,11 @@ def test_audit_verify_and_tampering(tools_server: RunningServer, tmp_path: Path)
     lines[1] = json.dumps(record)
     (home / "audit" / "audit.jsonl").write_text("\n".join(lines) + "\n")
     env = {**tools_server.server_env, "SANDGATE_HOME": str(home)}
-    bad = subprocess.run([sys.executable, "-m", "sandgate", "audit", "verify"], env=env,
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "sandgate", "audit", "verify"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 1 and "record 2" in bad.stderr

@@ -26,6 +26,7 @@ __all__ = [
     "RpcError",
     "envelope",
     "json_bytes",
+    "read_stream_messages",
     "read_stream_request",
     "read_unary_request",
     "rpc_error_response",
@@ -150,6 +151,30 @@ async def read_stream_request(request: Request) -> dict[str, Any]:
     if len(payload) != length:
         raise RpcError("invalid_argument", "truncated request envelope")
     return _decode(payload)
+
+
+async def read_stream_messages(request: Request) -> AsyncIterator[dict[str, Any]]:
+    """Yields each enveloped message of a client-streaming request as it arrives; stops at
+    an end-of-stream envelope or the end of the body."""
+    media = request.headers.get("content-type", "").split(";")[0].strip()
+    if media != STREAM_CONTENT_TYPE:
+        raise RpcError("unimplemented", f"unsupported content type {media!r}: use connect+json")
+    buffer = bytearray()
+    async for chunk in request.stream():
+        buffer.extend(chunk)
+        while len(buffer) >= _ENVELOPE.size:
+            flags, length = _ENVELOPE.unpack_from(buffer)
+            if length > MAX_REQUEST_BYTES:
+                raise RpcError("resource_exhausted", "request message too large")
+            if len(buffer) < _ENVELOPE.size + length:
+                break
+            payload = bytes(buffer[_ENVELOPE.size : _ENVELOPE.size + length])
+            del buffer[: _ENVELOPE.size + length]
+            if flags & _FLAG_END:
+                return
+            yield _decode(payload)
+    if buffer:
+        raise RpcError("invalid_argument", "truncated request envelope")
 
 
 def stream_response(messages: AsyncIterator[dict[str, Any]]) -> StreamingResponse:

@@ -127,6 +127,17 @@ def build_control_router(service: SandboxService, store: Store, domain: str) -> 
     async def connect_v2(sandbox_id: str, body: TimeoutBody, caller: Caller) -> Response:
         return await connect(sandbox_id, body, caller)
 
+    @router.post("/sandboxes/{sandbox_id}/pause")
+    async def pause(sandbox_id: str, caller: Caller) -> Response:
+        await service.pause(caller, sandbox_id)
+        return Response(status_code=204)
+
+    @router.post("/sandboxes/{sandbox_id}/resume")
+    async def resume(sandbox_id: str, caller: Caller, body: TimeoutBody | None = None) -> Response:
+        timeout = body.timeout if body is not None and body.timeout else 300
+        row, _ = await service.connect(caller, sandbox_id, timeout)
+        return JSONResponse(sandbox_body(row), status_code=201)
+
     @router.get("/sandboxes/{sandbox_id}")
     async def get_info(sandbox_id: str, caller: Caller) -> Response:
         return JSONResponse(detail_body(service.get(caller, sandbox_id)))

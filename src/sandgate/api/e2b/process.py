@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from sandgate.api.e2b.connect import (
     RpcError,
+    read_stream_messages,
     read_stream_request,
     read_unary_request,
     stream_response,
@@ -251,6 +252,31 @@ async def update(request: Request) -> Response:
     return await _unary(request, call)
 
 
+async def stream_input(request: Request) -> Response:
+    """Client streaming: a ``start`` naming the process, then ``data`` events of input."""
+
+    async def result() -> AsyncIterator[dict[str, Any]]:
+        selector: dict[str, Any] | None = None
+        try:
+            async for message in read_stream_messages(request):
+                if "start" in message:
+                    selector = _selector(message["start"] or {})
+                elif "data" in message:
+                    if selector is None:
+                        raise RpcError("failed_precondition", "send a start event first")
+                    data = (message["data"] or {}).get("input") or {}
+                    if "pty" in data:
+                        payload, pty = _b64(data["pty"], "input.pty"), True
+                    else:
+                        payload, pty = _b64(data.get("stdin", ""), "input.stdin"), False
+                    await _guest(request).send_input(payload, **selector, pty=pty)
+        except GuestError as exc:
+            raise RpcError(exc.code, exc.message) from None
+        yield {}
+
+    return stream_response(result())
+
+
 PROCESS_METHODS: dict[str, Callable[[Request], Awaitable[Response]]] = {
     "Start": start,
     "Connect": connect,
@@ -259,4 +285,5 @@ PROCESS_METHODS: dict[str, Callable[[Request], Awaitable[Response]]] = {
     "SendInput": send_input,
     "CloseStdin": close_stdin,
     "Update": update,
+    "StreamInput": stream_input,
 }
