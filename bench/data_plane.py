@@ -132,6 +132,7 @@ def main() -> None:
     results = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
+        "load_average_1m": os.getloadavg()[0],
         "roundtrip_ms": {"sandgate": rt, "docker exec": brt},
         "mib_per_s": rates,
         "raw_seconds": {"sandgate": ours, "docker": base},

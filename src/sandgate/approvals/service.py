@@ -86,8 +86,10 @@ class ApprovalService:
         action: str | None,
         arguments: dict[str, Any],
         rule_id: str,
+        timeout_s: float | None = None,
     ) -> Approval:
-        """Records a pending approval and notifies the webhook (failures are logged only)."""
+        """Records a pending approval that expires after ``timeout_s`` (default: the
+        service's) and notifies the webhook (failures are logged only)."""
         now = datetime.now(UTC)
         approval = Approval(
             id="apr_" + secrets.token_hex(8),
@@ -99,7 +101,7 @@ class ApprovalService:
             arguments=arguments,
             rule_id=rule_id,
             created_at=now.isoformat(),
-            expires_at=(now + timedelta(seconds=self._timeout_s)).isoformat(),
+            expires_at=(now + timedelta(seconds=timeout_s or self._timeout_s)).isoformat(),
         )
         self._events[approval.id] = asyncio.Event()
         with self._locked():

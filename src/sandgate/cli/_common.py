@@ -1,18 +1,24 @@
-"""What every command shares: loading config, opening the store, printing errors."""
+"""What every command shares: loading config, opening the store, printing errors.
+
+Command modules import heavy dependencies (the store, Docker, the server) inside their
+commands, so `sandgate --help` and quick commands start fast.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Annotated, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 
 from sandgate.config import Config, load_config
 from sandgate.errors import SandgateError
-from sandgate.store import Store
+
+if TYPE_CHECKING:
+    from sandgate.store import Store
 
 console = Console()
 err_console = Console(stderr=True)
@@ -31,6 +37,8 @@ def load(config_path: Path | None) -> Config:
 
 
 def open_store(config: Config) -> Store:
+    from sandgate.store import Store
+
     config.home_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     return Store.open(config.store_url)
 

@@ -8,8 +8,6 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
-import docker
-import docker.errors
 import typer
 from rich.table import Table
 
@@ -52,6 +50,8 @@ def _floor_check(name: str, found: str, floor: tuple[int, ...], why: str) -> Che
 
 
 def run_checks(config_path: Any = None) -> list[Check]:
+    import docker.errors
+
     cfg = load(config_path)
     checks: list[Check] = []
     try:

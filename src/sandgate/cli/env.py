@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 import shlex
 
-from sandgate.access import authenticate_api_key, create_api_key
 from sandgate.cli._common import ConfigOption, friendly_errors, load, open_store
-from sandgate.errors import Unauthenticated
 
 
 @friendly_errors
 def env(config: ConfigOption = None) -> None:
     """Prints `export` lines: use `eval "$(sandgate env)"`. Creates a default API key on
     first use and keeps it in $SANDGATE_HOME/default-api-key (mode 0600)."""
+    from sandgate.access import authenticate_api_key, create_api_key
+    from sandgate.errors import Unauthenticated
+
     cfg = load(config)
     store = open_store(cfg)
     key_file = cfg.home_dir / "default-api-key"

@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from sandgate.access import create_api_key
 from sandgate.cli._common import ConfigOption, console, friendly_errors, load, open_store
 
 keys_app = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
@@ -26,6 +25,8 @@ def create(
     config: ConfigOption = None,
 ) -> None:
     """Creates a key and prints it once; only its hash is stored."""
+    from sandgate.access import create_api_key
+
     store = open_store(load(config))
     row, plaintext = create_api_key(store, team, name)
     if as_json:

@@ -6,15 +6,16 @@ import asyncio
 import json
 import sys
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from sandgate.cli._common import ConfigOption, console, friendly_errors, load, open_store
 from sandgate.errors import SandboxNotFound, SandboxUnavailable
-from sandgate.guest.client import Ended, GuestClient, GuestError, GuestUnavailable, Output
-from sandgate.store import LIVE_STATES
+
+if TYPE_CHECKING:
+    from sandgate.guest.client import GuestClient
 
 sandbox_app = typer.Typer(help="List, kill and run commands in sandboxes.", no_args_is_help=True)
 
@@ -80,6 +81,9 @@ def exec_command(
     config: ConfigOption = None,
 ) -> None:
     """Runs a command in a sandbox, streaming its output; exits with its exit code."""
+    from sandgate.guest.client import GuestClient
+    from sandgate.store import LIVE_STATES
+
     cfg = load(config)
     row = open_store(cfg).sandbox(sandbox_id)
     if row is None or row.state not in LIVE_STATES:
@@ -90,6 +94,8 @@ def exec_command(
 
 
 async def _run(guest: GuestClient, command: list[str], user: str) -> int:
+    from sandgate.guest.client import Ended, GuestError, GuestUnavailable, Output
+
     try:
         stream = await guest.spawn(
             cmd=command[0],

@@ -5,12 +5,8 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-import uvicorn
 
-from sandgate.api.app import create_app
-from sandgate.cli._bootstrap import ensure_shipped_templates
 from sandgate.cli._common import ConfigOption, console, friendly_errors, load
-from sandgate.logs import configure_logging
 
 
 @friendly_errors
@@ -21,6 +17,12 @@ def serve(
 ) -> None:
     """Runs the Sandgate server in the foreground (Ctrl-C stops it; sandboxes keep running
     and are found again on the next start)."""
+    import uvicorn
+
+    from sandgate.api.app import create_app
+    from sandgate.cli._bootstrap import ensure_shipped_templates
+    from sandgate.logs import configure_logging
+
     cfg = load(config)
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     if overrides:

@@ -196,6 +196,8 @@ class PolicyRule(_Section):
     rate_limit: RateLimit | None = None
     #: An ``allow`` of a ``risk: high`` tool still asks a person unless this is true.
     allow_high_risk: bool = False
+    #: For ``ask``: how long this rule's approvals wait (default ``approvals.timeout_s``).
+    approval_timeout_s: float | None = Field(None, gt=0)
 
     @field_validator("tool", "action", mode="before")
     @classmethod

@@ -253,6 +253,7 @@ class Gateway:
             action=call.action,
             arguments=redactor.redact(call.arguments),
             rule_id=decision.rule_id,
+            timeout_s=decision.rule.approval_timeout_s if decision.rule else None,
         )
         call.approval_id = pending.id
         final = await self.approvals.wait(pending.id)

@@ -76,11 +76,18 @@ policy:
       subject: {agent: limited}
       tool: kv
       rate_limit: {calls: 3, window_s: 3600}
+    - id: ask-quick
+      effect: ask
+      subject: {agent: approver-test}
+      tool: kv
+      action: set
+      args: {key: {glob: "timeout:*"}}
     - id: ask-writes
       effect: ask
       subject: {agent: approver-test}
       tool: kv
       action: set
+      approval_timeout_s: 120
     - id: approver-reads
       effect: allow
       subject: {agent: approver-test}
