@@ -11,6 +11,22 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
 
 
+_HEADER = """# Benchmarks
+
+How to read these: every number is measured on the machine named in its section, next to a raw
+baseline measured in the same run; ratios are Sandgate / baseline. Reproduce with the command
+given in each section. Targets are those of the design document (§6).
+"""
+
+
+_HEADER = """# Benchmarks
+
+How to read these: every number is measured on the machine named in its section, next to a raw
+baseline measured in the same run; ratios are Sandgate / baseline. Reproduce with the command
+given in each section. Targets are those of the design document (§6).
+"""
+
+
 def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     if not ordered:
@@ -31,13 +47,14 @@ def summary_ms(samples: list[float]) -> dict[str, float]:
 def machine() -> str:
     import os
 
-    return f"{platform.system()} {platform.release()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    system = f"{platform.system()} {platform.release()}"
+    return f"{system}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
 
 
 def write_section(title: str, body: str) -> None:
     """Replaces (or appends) the ``## title`` section of docs/benchmarks.md."""
     DOC.parent.mkdir(exist_ok=True)
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n\nHow to read these: every number is measured on the machine named in its section, next to a raw baseline measured in the same run; ratios are Sandgate / baseline. Reproduce with the command given in each section.\n"
+    text = DOC.read_text() if DOC.exists() else _HEADER
     section = f"## {title}\n\n{body.strip()}\n"
     pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):

@@ -16,7 +16,7 @@ def create_and_first_command(template: str) -> tuple[float, bool]:
     try:
         sandbox = Sandbox.create(template)
         ok = sandbox.commands.run("true").exit_code == 0
-    except Exception:  # noqa: BLE001 - a failure is a data point here
+    except Exception:  # a failure is a data point here
         return time.perf_counter() - start, False
     elapsed = time.perf_counter() - start
     sandbox.kill()
@@ -25,14 +25,17 @@ def create_and_first_command(template: str) -> tuple[float, bool]:
 
 def main() -> None:
     sequential, burst, roundtrips, template = (
-        int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+        int(sys.argv[1]),
+        int(sys.argv[2]),
+        int(sys.argv[3]),
+        sys.argv[4],
     )
     create_and_first_command(template)  # warm-up: connections, imports, page cache
     seq = [create_and_first_command(template) for _ in range(sequential)]
 
     results: list[tuple[float, bool]] = []
     lock = threading.Lock()
-    barrier = threading.Barrier(burst)
+    barrier = threading.Barrier(max(burst, 1))
 
     def one() -> None:
         barrier.wait()
@@ -46,20 +49,39 @@ def main() -> None:
     for thread in threads:
         thread.join()
 
+    rtt = []
+    if roundtrips == 0:
+        print(
+            json.dumps(
+                {
+                    "sequential": [t for t, ok in seq if ok],
+                    "sequential_failures": sum(not ok for _, ok in seq),
+                    "burst": [t for t, ok in results if ok],
+                    "burst_failures": sum(not ok for _, ok in results),
+                    "roundtrip": rtt,
+                }
+            )
+        )
+        return
     sandbox = Sandbox.create(template)
     for _ in range(10):
         sandbox.commands.run("true")
-    rtt = []
     for _ in range(roundtrips):
         start = time.perf_counter()
         sandbox.commands.run("true")
         rtt.append(time.perf_counter() - start)
     sandbox.kill()
-    print(json.dumps({
-        "sequential": [t for t, ok in seq if ok], "sequential_failures": sum(not ok for _, ok in seq),
-        "burst": [t for t, ok in results if ok], "burst_failures": sum(not ok for _, ok in results),
-        "roundtrip": rtt,
-    }))
+    print(
+        json.dumps(
+            {
+                "sequential": [t for t, ok in seq if ok],
+                "sequential_failures": sum(not ok for _, ok in seq),
+                "burst": [t for t, ok in results if ok],
+                "burst_failures": sum(not ok for _, ok in results),
+                "roundtrip": rtt,
+            }
+        )
+    )
 
 
 main()
