@@ -151,9 +151,11 @@ def main() -> None:
     write_section(
         "Data plane",
         f"""
-Measured {results["when"]} on {results["machine"]}, Docker engine local. Sandgate numbers go
-through the official Python SDK `e2b==2.63.0` over loopback HTTP (one sandbox, warmed up); the
-baseline is the raw Docker CLI against a container of the same image in the same run.
+Measured {results["when"]} on {results["machine"]} (1-minute load average
+{results["load_average_1m"]:.1f} at the end: other work shared the machine), Docker engine
+local. Sandgate numbers go through the official Python SDK `e2b==2.63.0` over loopback HTTP
+(one sandbox, warmed up); the baseline is the raw Docker CLI against a container of the same
+image in the same run.
 Reproduce: `uv run python bench/data_plane.py`.
 
 | `commands.run("true")` round trip (ms, n={args.roundtrips}) | p50 | p95 | p99 |

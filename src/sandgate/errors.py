@@ -24,7 +24,8 @@
     ├── TemplateBuildError        template_build_failed 500 internal
     ├── ToolFailed                tool_failed      502   (the tool ran and failed)
     │   └── ToolTimeout           tool_timeout     504
-    └── AuditUnavailable          audit_unavailable 503  (calls fail closed)
+    ├── AuditUnavailable          audit_unavailable 503  (calls fail closed)
+    └── ModelUnavailable          model_unavailable 502  (agent: no model answered)
 
 Each error carries a stable ``code`` and a message that tells the reader what to do next.
 Adapters (Docker, SQLAlchemy, the guest socket) translate their own failures into these where
@@ -44,6 +45,7 @@ __all__ = [
     "InvalidPath",
     "InvalidRequest",
     "LimitExceeded",
+    "ModelUnavailable",
     "NotFound",
     "PayloadTooLarge",
     "PolicyDenied",
@@ -198,3 +200,14 @@ class AuditUnavailable(SandgateError):
 
     code = "audit_unavailable"
     status = 503
+
+
+# -- agents --------------------------------------------------------------------------------
+
+
+class ModelUnavailable(SandgateError):
+    """No model of an agent answered (each was rate limited, failing or cooling down); the
+    message says what happened to each."""
+
+    code = "model_unavailable"
+    status = 502

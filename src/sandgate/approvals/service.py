@@ -122,7 +122,7 @@ class ApprovalService:
                 if current.state is not ApprovalState.PENDING:
                     return current
                 if datetime.now(UTC) >= datetime.fromisoformat(current.expires_at):
-                    return self._transition(approval_id, ApprovalState.EXPIRED, "timeout")
+                    return self._transition(approval_id, ApprovalState.EXPIRED, "timeout")[0]
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), _POLL_S)
         finally:
@@ -132,8 +132,8 @@ class ApprovalService:
         """Approves or denies a pending approval. Raises ``NotFound``, or ``Conflict`` if it
         was already decided or expired."""
         state = ApprovalState.APPROVED if approve else ApprovalState.DENIED
-        decided = self._transition(approval_id, state, by)
-        if decided.state is not state:
+        decided, changed = self._transition(approval_id, state, by)
+        if not changed:
             raise Conflict(f"approval {approval_id} is already {decided.state.value}")
         event = self._events.get(approval_id)
         if event is not None:
@@ -164,17 +164,20 @@ class ApprovalService:
                     found.append(approval)
         return sorted(found, key=lambda a: a.created_at)
 
-    def _transition(self, approval_id: str, state: ApprovalState, by: str) -> Approval:
-        """Moves a pending approval to ``state``; returns the (possibly already final) row."""
+    def _transition(
+        self, approval_id: str, state: ApprovalState, by: str
+    ) -> tuple[Approval, bool]:
+        """Moves a pending approval to ``state``; returns the approval and whether it moved
+        (False: it was already final)."""
         with self._locked():
             current = self.get(approval_id)
             if current.state is not ApprovalState.PENDING:
-                return current
+                return current, False
             decided = replace(
                 current, state=state, decided_by=by, decided_at=datetime.now(UTC).isoformat()
             )
             self._write(decided)
-            return decided
+            return decided, True
 
     def _path(self, approval_id: str) -> Path:
         if not approval_id.startswith("apr_") or not approval_id[4:].isalnum():

@@ -1,7 +1,14 @@
 """Configuration: one validated file plus environment overrides."""
 
-from sandgate.config._gateway import (
+from sandgate.config._agents import (
+    AgentBudgets,
     AgentConfig,
+    AgentSandbox,
+    ModelChoice,
+    ProviderConfig,
+    SkillsConfig,
+)
+from sandgate.config._gateway import (
     ApprovalsConfig,
     ArgCondition,
     AuditConfig,
@@ -31,7 +38,9 @@ from sandgate.config._model import (
 )
 
 __all__ = [
+    "AgentBudgets",
     "AgentConfig",
+    "AgentSandbox",
     "ApprovalsConfig",
     "ArgCondition",
     "AuditConfig",
@@ -43,13 +52,16 @@ __all__ = [
     "LimitsConfig",
     "LoggingConfig",
     "McpTool",
+    "ModelChoice",
     "PolicyConfig",
     "PolicyRule",
+    "ProviderConfig",
     "PythonTool",
     "RateLimit",
     "RuntimeConfig",
     "SecretSource",
     "ServerConfig",
+    "SkillsConfig",
     "StoreConfig",
     "SubjectMatch",
     "TemplatesConfig",

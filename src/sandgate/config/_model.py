@@ -7,8 +7,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sandgate.config._gateway import (
+from sandgate.config._agents import (
     AgentConfig,
+    ProviderConfig,
+    SkillsConfig,
+    check_agent_references,
+)
+from sandgate.config._gateway import (
     ApprovalsConfig,
     AuditConfig,
     PolicyConfig,
@@ -114,10 +119,14 @@ class Config(_Section):
     secrets: dict[str, SecretSource] = Field(default_factory=dict)
     audit: AuditConfig = AuditConfig()
     agents: list[AgentConfig] = Field(default_factory=list)
+    # Agent runner (config/_agents.py).
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    skills: SkillsConfig = SkillsConfig()
 
     @model_validator(mode="after")
     def _gateway_references(self) -> Config:
         check_gateway_references(self.tools, self.secrets)
+        check_agent_references(self.agents, self.providers, set(self.secrets))
         return self
 
     @property

@@ -124,3 +124,62 @@ class AuditEntry(Base):
     rule_id: Mapped[str | None] = mapped_column(String(100))
     duration_ms: Mapped[float | None]
     hash: Mapped[str] = mapped_column(String(64))
+
+
+# -- agent runner (agents/) ----------------------------------------------------------------
+
+
+class AgentSession(Base):
+    """A conversation with one agent: its messages so far and the sandbox it acts in."""
+
+    __tablename__ = "agent_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    agent_id: Mapped[str] = mapped_column(String(100))
+    team_id: Mapped[str] = mapped_column(String(64))
+    api_key_id: Mapped[str | None] = mapped_column(String(64))
+    sandbox_id: Mapped[str | None] = mapped_column(String(64))
+    #: Provider-neutral messages (``agents.providers.Message.as_dict``), oldest first.
+    messages: Mapped[list[Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class AgentRun(Base):
+    """One message handled by an agent, from queued to a final state (``agents.RunState``)."""
+
+    __tablename__ = "agent_runs"
+    __table_args__ = (Index("ix_agent_runs_session_state", "session_id", "state"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(64))
+    agent_id: Mapped[str] = mapped_column(String(100))
+    team_id: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text)
+    answer: Mapped[str | None] = mapped_column(Text)
+    #: Why the run ended: final_answer, max_steps, max_tokens, wall_clock, max_tool_calls,
+    #: repeated_action, or an error code.
+    stop_reason: Mapped[str | None] = mapped_column(String(64))
+    error: Mapped[str | None] = mapped_column(Text)
+    steps: Mapped[int] = mapped_column(Integer, default=0)
+    model_calls: Mapped[int] = mapped_column(Integer, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    tool_calls: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime]
+    ended_at: Mapped[datetime | None]
+
+
+class AgentRunEvent(Base):
+    """The trace of a run, one row per event; the SSE stream replays these."""
+
+    __tablename__ = "agent_run_events"
+    __table_args__ = (Index("ix_agent_run_events_run", "run_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(64))
+    seq: Mapped[int] = mapped_column(Integer)
+    type: Mapped[str] = mapped_column(String(32))
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    time: Mapped[datetime]

@@ -184,7 +184,7 @@ def test_SEC_01_secret_never_reaches_sandbox_output_logs_or_audit(
 ) -> None:
     _, run = agent_sandbox("writer")
     echoed = run("echo_secret hello")
-    assert echoed.exit_code == 0, echoed.stderr
+    assert echoed.exit_code == 0, echoed.stderr + tools_server.log_text()[-4000:]
     reply = json.loads(echoed.stdout)
     assert reply == {"got": "hello", "secret": "[REDACTED:CANARY]"}
     search = run(
@@ -200,7 +200,7 @@ def test_mcp_tools_over_stdio_and_http(tools_server: RunningServer, agent_sandbo
     _, run = agent_sandbox("writer")
     result = run(
         "python3 -c 'import sandgate_tools as t; "
-        'print(t.mstdio_add(a=2, b="3")["result"], t.mhttp_shout(text="hi"))\''
+        'print(t.mstdio_add(a=2, b="3")["result"], t.mhttp_shout(text="hi")["result"])\''
     )
     assert result.stdout.split() == ["5", "HI"], result.stderr
     listed = httpx.get(
@@ -258,7 +258,7 @@ def test_AUTH_01_v1_routes_need_an_api_key(tools_server: RunningServer) -> None:
         for headers in (
             {},
             {"X-API-Key": "e2b_" + "0" * 40},
-            {"X-API-Key": tools_server.api_key + " "},
+            {"X-API-Key": tools_server.api_key[:-1]},
         ):
             response = httpx.request(method, tools_server.url + path, headers=headers, json={})
             assert response.status_code == 401, (method, path, headers)

@@ -200,17 +200,33 @@ def stream_response(messages: AsyncIterator[dict[str, Any]]) -> StreamingRespons
 
 
 async def with_keepalive(
-    source: AsyncIterator[dict[str, Any]], interval_s: float, keepalive: dict[str, Any]
+    source: AsyncIterator[dict[str, Any]],
+    interval_s: float,
+    keepalive: dict[str, Any],
+    *,
+    deadline_ms: int = 0,
 ) -> AsyncIterator[dict[str, Any]]:
-    """Yields ``source``'s messages, inserting ``keepalive`` after ``interval_s`` of silence."""
+    """Yields ``source``'s messages, inserting ``keepalive`` after ``interval_s`` of silence.
+
+    With ``deadline_ms`` > 0 (the request's ``connect-timeout-ms``) the stream ends with
+    ``deadline_exceeded`` once that much time has passed; the source is closed, which for a
+    process or a watch only unsubscribes.
+    """
     iterator = source.__aiter__()
     pending: asyncio.Task[dict[str, Any]] | None = None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + deadline_ms / 1000 if deadline_ms > 0 else None
     try:
         while True:
             if pending is None:
                 pending = asyncio.ensure_future(iterator.__anext__())
-            done, _ = await asyncio.wait({pending}, timeout=interval_s)
+            wait = interval_s
+            if deadline is not None:
+                wait = min(wait, max(0.0, deadline - loop.time()))
+            done, _ = await asyncio.wait({pending}, timeout=wait)
             if not done:
+                if deadline is not None and loop.time() >= deadline:
+                    raise RpcError("deadline_exceeded", "the stream reached its deadline")
                 yield keepalive
                 continue
             try:

@@ -27,6 +27,7 @@ from sandgate.api.e2b.connect import (
     unary_response,
     with_keepalive,
 )
+from sandgate.api.e2b.process import timeout_ms
 from sandgate.api.e2b.users import request_user
 from sandgate.guest.client import (
     EntryInfo,
@@ -250,7 +251,9 @@ async def watch_dir(request: Request) -> Response:
             await stream.aclose()
 
     interval = float(request.headers.get("keepalive-ping-interval") or 90)
-    return stream_response(with_keepalive(events(), max(1.0, interval), _KEEPALIVE))
+    return stream_response(
+        with_keepalive(events(), max(1.0, interval), _KEEPALIVE, deadline_ms=timeout_ms(request))
+    )
 
 
 async def create_watcher(request: Request) -> Response:

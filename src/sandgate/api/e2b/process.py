@@ -111,7 +111,8 @@ def _keepalive_interval(request: Request) -> float:
         return _DEFAULT_KEEPALIVE_S
 
 
-def _timeout_ms(request: Request) -> int:
+def timeout_ms(request: Request) -> int:
+    """The request's ``connect-timeout-ms`` (0 = none); negative is invalid."""
     raw = request.headers.get("connect-timeout-ms")
     if not raw:
         return 0
@@ -125,8 +126,13 @@ def _timeout_ms(request: Request) -> int:
 
 
 async def _stream_call(
-    request: Request, opener: Callable[[dict[str, Any]], Awaitable[ProcessStream]]
+    request: Request,
+    opener: Callable[[dict[str, Any]], Awaitable[ProcessStream]],
+    *,
+    bounded: bool,
 ) -> Response:
+    """``bounded``: ``connect-timeout-ms`` bounds the stream itself (Connect), rather than the
+    process's life (Start, where the guest enforces it)."""
     message = await read_stream_request(request)
     try:
         stream = await opener(message)
@@ -135,7 +141,12 @@ async def _stream_call(
     except GuestUnavailable:
         raise RpcError("unavailable", "the sandbox is not reachable") from None
     return stream_response(
-        with_keepalive(_events(stream), _keepalive_interval(request), _KEEPALIVE)
+        with_keepalive(
+            _events(stream),
+            _keepalive_interval(request),
+            _KEEPALIVE,
+            deadline_ms=timeout_ms(request) if bounded else 0,
+        )
     )
 
 
@@ -167,17 +178,17 @@ async def start(request: Request) -> Response:
             tag=message.get("tag"),
             stdin=True if stdin is None else bool(stdin),
             pty=size,
-            timeout_ms=_timeout_ms(request),
+            timeout_ms=timeout_ms(request),
         )
 
-    return await _stream_call(request, opener)
+    return await _stream_call(request, opener, bounded=False)
 
 
 async def connect(request: Request) -> Response:
     async def opener(message: dict[str, Any]) -> ProcessStream:
         return await _guest(request).connect_process(**_selector(message))
 
-    return await _stream_call(request, opener)
+    return await _stream_call(request, opener, bounded=True)
 
 
 async def _unary(request: Request, call: Callable[[dict[str, Any]], Awaitable[Any]]) -> Response:

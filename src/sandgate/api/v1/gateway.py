@@ -4,8 +4,6 @@ Authenticated with the same API keys as the E2B control plane (``X-API-Key``); a
 and decides only approvals of its own sandboxes and reads only its own audit entries.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query
