@@ -78,7 +78,8 @@ else:  # baseline: the same framing against an in-sandbox echo socket
     samples = []
     for _ in range(n):
         t = time.perf_counter()
-        c.sendall(json.dumps({"tool": "kv", "arguments": {"op": "get", "key": "user:1"}}).encode() + b"\n")
+        request = {"tool": "kv", "arguments": {"op": "get", "key": "user:1"}}
+        c.sendall(json.dumps(request).encode() + b"\n")
         json.loads(r.readline())
         samples.append(time.perf_counter() - t)
     print(json.dumps({"p50": pct(samples, 50), "p95": pct(samples, 95), "p99": pct(samples, 99)}))
@@ -113,19 +114,19 @@ def main() -> None:
     write_section(
         "Tool calls",
         f"""
-Measured {results['measured_at']} on {machine()}, Docker engine local. From inside a `base`
+Measured {results["measured_at"]} on {machine()}, Docker engine local. From inside a `base`
 sandbox, the generated Python client calls `kv get` over `/run/sandgate/gateway.sock` (one
 persistent connection): canonical name → validate → policy → execute (SQLite) → redact →
-audit (JSONL, hash-chained, fsync={'on' if args.fsync else 'off'}, plus the store index).
+audit (JSONL, hash-chained, fsync={"on" if args.fsync else "off"}, plus the store index).
 Baseline: the same client framing against a bare echo on a Unix socket in the same sandbox.
 Reproduce: `uv run python bench/tool_calls.py --calls {args.calls}`.
 
 | tool call round trip (ms, n={args.calls}) | p50 | p95 | p99 |
 |---|---|---|---|
-| Sandgate gateway (`kv get`, audited) | {lat['p50']:.2f} | {lat['p95']:.2f} | {lat['p99']:.2f} |
-| echo socket baseline | {base['p50']:.3f} | {base['p95']:.3f} | {base['p99']:.3f} |
+| Sandgate gateway (`kv get`, audited) | {lat["p50"]:.2f} | {lat["p95"]:.2f} | {lat["p99"]:.2f} |
+| echo socket baseline | {base["p50"]:.3f} | {base["p95"]:.3f} | {base["p99"]:.3f} |
 
-Throughput, 4 client threads in the sandbox: **{results['throughput']['calls_per_s']:.0f}
+Throughput, 4 client threads in the sandbox: **{results["throughput"]["calls_per_s"]:.0f}
 calls/s**. Target (design.md §6): p50 ≤ 2 ms and ≥ 1000 calls/s on 2 cores.
 """,
     )

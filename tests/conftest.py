@@ -9,10 +9,26 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.runtimes import (
+    runtime,
+    runtime_sandbox,
+    runtime_server,
+    runtime_server_factory,
+    runtime_view,
+)
 from tests.fixtures.server import RunningServer, sandgate_server, sandgate_server_factory
 from tests.framework.envd import create
 
-__all__ = ["sandbox", "sandgate_server", "sandgate_server_factory"]
+__all__ = [
+    "runtime",
+    "runtime_sandbox",
+    "runtime_server",
+    "runtime_server_factory",
+    "runtime_view",
+    "sandbox",
+    "sandgate_server",
+    "sandgate_server_factory",
+]
 
 
 @pytest.fixture

@@ -61,10 +61,14 @@ def test_valid_gateway_config(tmp_path: Path) -> None:
         ("tools:\n  - {name: x, kind: exec}\n", r"tools\.0\.exec\.command"),
         ("tools:\n  - {name: x, kind: mcp, transport: http}\n", r"tools\.0\.mcp"),
         ("secrets:\n  A: {env: X, file: /y}\n", r"secrets\.A"),
-        ("policy:\n  rules:\n    - {id: a, effect: allow, args: {k: {regex: '('}}}\n",
-         r"policy\.rules\.0\.args\.k\.regex"),
-        ("policy:\n  rules:\n    - {id: a, effect: allow, time: {start: '25:00'}}\n",
-         r"policy\.rules\.0\.time\.start"),
+        (
+            "policy:\n  rules:\n    - {id: a, effect: allow, args: {k: {regex: '('}}}\n",
+            r"policy\.rules\.0\.args\.k\.regex",
+        ),
+        (
+            "policy:\n  rules:\n    - {id: a, effect: allow, time: {start: '25:00'}}\n",
+            r"policy\.rules\.0\.time\.start",
+        ),
     ],
 )
 def test_mistakes_name_their_path(tmp_path: Path, text: str, where: str) -> None:

@@ -52,7 +52,8 @@ def _run(source: str, name: str, scope: dict[str, Any]) -> int:
         print("KeyboardInterrupt: the code was interrupted (time limit)", file=sys.stderr)
         return 130
     except BaseException as exc:
-        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)
+        tb = exc.__traceback__
+        traceback.print_exception(type(exc), exc, tb.tb_next if tb else None)
         return 1
     return 0
 

@@ -31,7 +31,9 @@ class RunCode:
 
     @property
     def key(self) -> str:
-        return "code:" + hashlib.sha256(f"{self.language}\0{self.code.strip()}".encode()).hexdigest()
+        return (
+            "code:" + hashlib.sha256(f"{self.language}\0{self.code.strip()}".encode()).hexdigest()
+        )
 
 
 @dataclass(frozen=True)

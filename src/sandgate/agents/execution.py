@@ -109,6 +109,7 @@ class SandboxCode:
         self._pending[cell] = future
         try:
             await self._guest.send_input(f"{cell} {self._limit}\n".encode(), tag=self._tag)
+            result: dict[str, object] | None
             try:
                 result = await asyncio.wait_for(asyncio.shield(future), timeout_s)
             except TimeoutError:

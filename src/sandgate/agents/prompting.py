@@ -38,7 +38,9 @@ def prompt(name: str, **values: Any) -> str:
 
 
 def system_prompt(agent: AgentConfig, tools: list[Tool], skills: list[Skill]) -> str:
-    instructions = f"\n## Instructions\n\n{agent.system_prompt.strip()}\n" if agent.system_prompt else ""
+    instructions = (
+        f"\n## Instructions\n\n{agent.system_prompt.strip()}\n" if agent.system_prompt else ""
+    )
     return prompt(
         "code" if agent.mode == "code" else "classic",
         agent_name=agent.name or agent.id,

@@ -13,6 +13,7 @@ links. The files are owned by the gateway's user and not writable by the sandbox
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
@@ -94,15 +95,21 @@ class SkillsHook:
         agent = self._agents.get(str((sandbox.metadata_ or {}).get(_AGENT_KEY, "")))
         if agent is None or not agent.skills:
             return {}
+        await asyncio.to_thread(self._install, self.for_agent(agent), host_dir / "skills")
+        return {}
+
+    async def detach(self, sandbox_id: str) -> None:
+        return None
+
+    def _install(self, skills: list[Skill], target: Path) -> None:
         self._staging.mkdir(parents=True, exist_ok=True, mode=0o700)
         staging = Path(tempfile.mkdtemp(prefix="skills-", dir=self._staging))
         try:
-            for skill in self.for_agent(agent):
+            for skill in skills:
                 shutil.copytree(skill.path, staging / skill.name, symlinks=False)
             for path in [staging, *staging.rglob("*")]:
                 # SECURITY: readable, not writable, by the sandbox user.
-                os.chmod(path, 0o755 if path.is_dir() else 0o644)  # noqa: S103
-            target = host_dir / "skills"
+                os.chmod(path, 0o755 if path.is_dir() else 0o644)
             if target.is_symlink() or target.is_file():
                 target.unlink()
             elif target.exists():
@@ -111,7 +118,3 @@ class SkillsHook:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        return {}
-
-    async def detach(self, sandbox_id: str) -> None:
-        return None

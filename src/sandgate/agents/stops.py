@@ -48,25 +48,30 @@ def default_checks() -> list[StopCheck]:
         StopCheck(
             "max_tokens",
             lambda p: p.usage.tokens >= p.budgets.max_tokens,
-            lambda p: f"the run used {p.usage.tokens} tokens; the budget is "
-            f"{p.budgets.max_tokens} (budgets.max_tokens)",
+            lambda p: (
+                f"the run used {p.usage.tokens} tokens; the budget is "
+                f"{p.budgets.max_tokens} (budgets.max_tokens)"
+            ),
         ),
         StopCheck(
             "wall_clock",
             lambda p: p.elapsed_s() >= p.budgets.max_wall_clock_s,
-            lambda p: f"the run took longer than {p.budgets.max_wall_clock_s:g}s "
-            "(budgets.max_wall_clock_s)",
+            lambda p: (
+                f"the run took longer than {p.budgets.max_wall_clock_s:g}s "
+                "(budgets.max_wall_clock_s)"
+            ),
         ),
         StopCheck(
             "max_tool_calls",
             lambda p: p.usage.tool_calls >= p.budgets.max_tool_calls,
-            lambda p: f"the run made {p.usage.tool_calls} tool calls; the budget is "
-            f"{p.budgets.max_tool_calls} (budgets.max_tool_calls)",
+            lambda p: (
+                f"the run made {p.usage.tool_calls} tool calls; the budget is "
+                f"{p.budgets.max_tool_calls} (budgets.max_tool_calls)"
+            ),
         ),
         StopCheck(
             "repeated_action",
-            lambda p: len(p.actions) >= REPEAT_LIMIT
-            and len(set(p.actions[-REPEAT_LIMIT:])) == 1,
+            lambda p: len(p.actions) >= REPEAT_LIMIT and len(set(p.actions[-REPEAT_LIMIT:])) == 1,
             lambda p: f"the model repeated the same action {REPEAT_LIMIT} times in a row",
         ),
     ]

@@ -14,11 +14,13 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sandgate.agents import build_runner, skills_hook, with_autonomy
 from sandgate.api.e2b import build_control_router, build_envd_app
 from sandgate.api.errors import e2b_error, e2b_error_response
 from sandgate.api.ports import PortProxy
 from sandgate.api.routing import Router
 from sandgate.api.v1 import build_v1_router
+from sandgate.api.v1.agents import build_agents_router
 from sandgate.config import Config
 from sandgate.errors import SandgateError
 from sandgate.guest import build_zipapp
@@ -42,17 +44,23 @@ class Application:
         self.runtime = runtime
         home = config.home_dir
         # Tool gateway (issue 5): its services, its lifecycle hook and its /v1 API.
-        self.gateway = build_gateway(config, store)
+        # (Agent runner, issue 7: the policy gets each agent's autonomy rules.)
+        self.gateway = build_gateway(with_autonomy(config), store)
         self.gateway_hook = ToolGatewayHook(
             self.gateway, store, list(config.agents), home / "tools" / "staging"
         )
+        self.skills_hook = skills_hook(config)  # agent runner (issue 7)
         self.sandboxes = SandboxService(
             config,
             store,
             runtime,
             instance_id=instance_id(home),
             guest_zipapp=build_zipapp(home / "guest" / "guest.pyz"),
-            hooks=[self.gateway_hook],
+            hooks=[self.gateway_hook, self.skills_hook],
+        )
+        # -- agent runner (issue 7): sessions, runs, /v1/agents and /v1/runs --------------
+        self.agents = build_runner(
+            config, store, self.sandboxes, self.gateway, self.gateway_hook, self.skills_hook
         )
         control = FastAPI(
             title="Sandgate",
@@ -63,6 +71,7 @@ class Application:
         _install_error_handlers(control)
         control.include_router(build_control_router(self.sandboxes, store, config.server.domain))
         control.include_router(build_v1_router(self.gateway, store))
+        control.include_router(build_agents_router(self.agents, store))  # agent runner
 
         @control.get("/health")
         async def health() -> dict[str, str]:
@@ -79,10 +88,12 @@ class Application:
     async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         await self.gateway.registry.load_mcp(self.gateway.secrets)
         await self.sandboxes.start()
+        await self.agents.start()
         log.info("server.ready", runtime=self.runtime.name)
         try:
             yield
         finally:
+            await self.agents.stop()
             await self.sandboxes.stop()
             self.store.close()
 

@@ -164,9 +164,7 @@ class ApprovalService:
                     found.append(approval)
         return sorted(found, key=lambda a: a.created_at)
 
-    def _transition(
-        self, approval_id: str, state: ApprovalState, by: str
-    ) -> tuple[Approval, bool]:
+    def _transition(self, approval_id: str, state: ApprovalState, by: str) -> tuple[Approval, bool]:
         """Moves a pending approval to ``state``; returns the approval and whether it moved
         (False: it was already final)."""
         with self._locked():

@@ -10,6 +10,7 @@ from sandgate.cli.doctor import doctor
 from sandgate.cli.env import env
 from sandgate.cli.keys import keys_app
 from sandgate.cli.run import run
+from sandgate.cli.runs import runs_app
 from sandgate.cli.sandbox import sandbox_app
 from sandgate.cli.serve import serve
 from sandgate.cli.templates import templates_app
@@ -31,3 +32,4 @@ app.command("run")(run)
 app.add_typer(tools_app, name="tools")
 app.add_typer(audit_app, name="audit")
 app.add_typer(approvals_app, name="approvals")
+app.add_typer(runs_app, name="runs")

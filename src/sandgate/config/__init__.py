@@ -27,6 +27,7 @@ from sandgate.config._gateway import (
 )
 from sandgate.config._load import load_config
 from sandgate.config._model import (
+    BwrapConfig,
     Config,
     DockerConfig,
     LimitsConfig,
@@ -45,6 +46,7 @@ __all__ = [
     "ArgCondition",
     "AuditConfig",
     "BuiltinTool",
+    "BwrapConfig",
     "Config",
     "DockerConfig",
     "ExecTool",

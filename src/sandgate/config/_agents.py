@@ -139,4 +139,3 @@ def check_agent_references(
     for name, provider in providers.items():
         if provider.api_key_secret is not None and provider.api_key_secret not in secrets:
             raise ValueError(f"provider '{name}' needs secret '{provider.api_key_secret}'")
-

@@ -56,9 +56,16 @@ class DockerConfig(_Section):
     base_url: str = ""
 
 
+class BwrapConfig(_Section):
+    #: Where template root file systems are kept (exported from Docker images, or placed by
+    #: hand under ``by-name/``); empty means ``$SANDGATE_HOME/rootfs``.
+    rootfs_dir: Path | None = None
+
+
 class RuntimeConfig(_Section):
     kind: Literal["auto", "docker", "bwrap"] = "auto"
     docker: DockerConfig = DockerConfig()
+    bwrap: BwrapConfig = BwrapConfig()
 
 
 class LimitsConfig(_Section):

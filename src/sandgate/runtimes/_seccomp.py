@@ -85,7 +85,7 @@ def libseccomp_version() -> str:
 
 def _comparisons(rule: dict[str, Any]) -> list[list[tuple[int, int, int, int]]]:
     """Each returned list is one libseccomp rule (its comparisons are ANDed)."""
-    arg = rule.get("arg")
+    arg = int(rule.get("arg", 0))
     if "match_all" in rule:
         return [[(c["arg"], _OPS[c["op"]], c["value"], 0) for c in rule["match_all"]]]
     if "any_bit_of" in rule:

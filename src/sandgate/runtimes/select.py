@@ -1,6 +1,13 @@
-"""Choosing the runtime: config or ``SANDGATE_RUNTIME`` = auto | docker | bwrap."""
+"""Choosing the runtime: config or ``SANDGATE_RUNTIME`` = auto | docker | bwrap.
+
+``auto`` takes Docker when its engine answers, else bwrap. A runtime whose isolation features
+are missing on this host is never used weaker: selection fails with a message naming each
+missing feature and its fix (``sandgate doctor`` prints the same as a table).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import docker
 import docker.errors
@@ -8,7 +15,10 @@ import docker.errors
 from sandgate.config import Config
 from sandgate.errors import RuntimeUnavailable
 from sandgate.runtimes.base import Runtime
+from sandgate.runtimes.bwrap import BwrapRuntime, Requirement, check_host, unavailable_message
 from sandgate.runtimes.docker import DockerRuntime
+
+__all__ = ["Choice", "choose", "docker_reachable", "select_runtime"]
 
 
 def docker_reachable(base_url: str = "") -> str | None:
@@ -23,23 +33,55 @@ def docker_reachable(base_url: str = "") -> str | None:
         return None
 
 
-def select_runtime(config: Config, instance_id: str) -> Runtime:
-    """Returns the configured runtime; ``auto`` takes Docker when its engine answers."""
+@dataclass(frozen=True)
+class Choice:
+    """Which runtime this configuration gets on this host, and why. ``kind`` is None when no
+    runtime can run; ``bwrap`` lists the bwrap requirements when they were probed."""
+
+    kind: str | None
+    reason: str
+    bwrap: tuple[Requirement, ...] = ()
+
+
+def choose(config: Config) -> Choice:
+    """Decides without starting anything (``doctor`` shows the result)."""
     kind = config.runtime.kind
-    docker_config = config.runtime.docker
-    if kind in ("auto", "docker"):
-        if docker_reachable(docker_config.base_url) is not None:
-            return DockerRuntime(
-                instance_id,
-                base_url=docker_config.base_url,
-                oci_runtime=docker_config.oci_runtime,
-            )
-        if kind == "docker":
-            raise RuntimeUnavailable(
-                "runtime.kind is docker but no Docker engine answers: start dockerd "
-                "(`dockerd &` or `systemctl start docker`) or check DOCKER_HOST"
-            )
-    raise RuntimeUnavailable(
-        "no sandbox runtime is available: the Docker engine does not answer and the bwrap "
-        "runtime is not available yet. Start dockerd (`dockerd &`), or run `sandgate doctor`"
+    docker_version = (
+        docker_reachable(config.runtime.docker.base_url) if kind in ("auto", "docker") else None
     )
+    if kind == "docker":
+        if docker_version is not None:
+            return Choice("docker", f"runtime.kind is docker; engine {docker_version} answers")
+        return Choice(
+            None,
+            "runtime.kind is docker but no Docker engine answers: start dockerd "
+            "(`dockerd &` or `systemctl start docker`) or check DOCKER_HOST",
+        )
+    if kind == "auto" and docker_version is not None:
+        return Choice("docker", f"runtime.kind is auto and Docker {docker_version} answers")
+    requirements = tuple(check_host())
+    failing = [r for r in requirements if not r.ok]
+    why = "runtime.kind is bwrap" if kind == "bwrap" else "runtime.kind is auto, Docker is absent"
+    if failing:
+        prefix = "" if kind == "bwrap" else "no Docker engine answers and "
+        return Choice(None, prefix + unavailable_message(failing), requirements)
+    return Choice("bwrap", f"{why}; every bwrap isolation feature is present", requirements)
+
+
+def select_runtime(config: Config, instance_id: str) -> Runtime:
+    """Returns the chosen runtime; raises ``RuntimeUnavailable`` with the reason and fixes."""
+    choice = choose(config)
+    if choice.kind == "docker":
+        return DockerRuntime(
+            instance_id,
+            base_url=config.runtime.docker.base_url,
+            oci_runtime=config.runtime.docker.oci_runtime,
+        )
+    if choice.kind == "bwrap":
+        return BwrapRuntime(
+            instance_id,
+            home=config.home_dir,
+            rootfs_dir=config.runtime.bwrap.rootfs_dir,
+            docker_base_url=config.runtime.docker.base_url,
+        )
+    raise RuntimeUnavailable(choice.reason + ". Run `sandgate doctor` for details")

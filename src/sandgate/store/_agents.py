@@ -78,7 +78,9 @@ class AgentRecords:
         with self._store.session() as s:
             return s.scalars(select(AgentRun).where(AgentRun.state.in_(ACTIVE_RUN_STATES))).all()
 
-    def add_event(self, run_id: str, seq: int, kind: str, data: dict[str, Any], at: datetime) -> None:
+    def add_event(
+        self, run_id: str, seq: int, kind: str, data: dict[str, Any], at: datetime
+    ) -> None:
         with self._store.session() as s:
             s.add(AgentRunEvent(run_id=run_id, seq=seq, type=kind, data=data, time=at))
 

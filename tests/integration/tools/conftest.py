@@ -32,7 +32,12 @@ tools:
   - name: echo_secret
     kind: exec
     description: Echoes its argument and the secret it was given.
-    command: ["/bin/sh", "-c", "printf '{\\"got\\": \\"%s\\", \\"secret\\": \\"%s\\"}' \\"$1\\" \\"$CANARY\\"", "sh", "{text}"]
+    command:
+      - /bin/sh
+      - -c
+      - printf '{"got"':' "%s", "secret"':' "%s"}' "$1" "$CANARY"
+      - sh
+      - "{text}"
     parameters:
       type: object
       properties:

@@ -14,8 +14,9 @@ def log(tmp_path: Path) -> AuditLog:
     store = Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}")
     audit = AuditLog(tmp_path / "audit", store)
     for n in range(5):
-        audit.append({"event": "tool.call", "tool": "kv", "action": "get", "outcome": "allowed",
-                      "n": n})
+        audit.append(
+            {"event": "tool.call", "tool": "kv", "action": "get", "outcome": "allowed", "n": n}
+        )
     return audit
 
 
@@ -66,8 +67,9 @@ def test_truncated_tail_is_detected_by_the_index(log: AuditLog) -> None:
 
 
 def test_GW_10_injected_newlines_and_ansi_stay_one_escaped_record(log: AuditLog) -> None:
-    log.append({"event": "tool.call", "tool": 'x\n{"decision":"allow"}\x1b[2J',
-                "outcome": "denied"})
+    log.append(
+        {"event": "tool.call", "tool": 'x\n{"decision":"allow"}\x1b[2J', "outcome": "denied"}
+    )
     content = lines(log)
     assert len(content) == 6
     assert "\x1b" not in content[-1] and "\\n" in content[-1]

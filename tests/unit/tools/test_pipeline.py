@@ -58,8 +58,9 @@ def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Gateway:
     return build_gateway(config, Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}"))
 
 
-def call(gateway: Gateway, name: Any, args: Any, subject: Subject = SUBJECT,
-         key: str | None = None) -> dict[str, Any]:
+def call(
+    gateway: Gateway, name: Any, args: Any, subject: Subject = SUBJECT, key: str | None = None
+) -> dict[str, Any]:
     return asyncio.run(gateway.call(subject, name, args, key)).wire()
 
 
@@ -87,7 +88,8 @@ def test_invalid_arguments_name_the_field(gateway: Gateway) -> None:
 def test_SEC_failure_message_is_redacted(gateway: Gateway) -> None:
     reply = call(gateway, "boom", {})
     assert reply["error"]["code"] == "tool_failed"
-    assert TOKEN not in reply["error"]["message"] and "[REDACTED:TOKEN]" in reply["error"]["message"]
+    message = reply["error"]["message"]
+    assert TOKEN not in message and "[REDACTED:TOKEN]" in message
     assert TOKEN not in gateway.audit.path.read_text()
 
 

@@ -82,8 +82,12 @@ def test_time_window() -> None:
         {
             "id": "office",
             "effect": "allow",
-            "time": {"days": ["mon", "tue", "wed", "thu", "fri"], "start": "09:00",
-                     "end": "17:00", "tz": "UTC"},
+            "time": {
+                "days": ["mon", "tue", "wed", "thu", "fri"],
+                "start": "09:00",
+                "end": "17:00",
+                "tz": "UTC",
+            },
         }
     )
     assert e.decide(subject(), "t", None, {}, MONDAY_NOON).effect == "allow"

@@ -36,8 +36,14 @@ def test_redaction_covers_nested_values_and_keys() -> None:
 def test_approval_is_decided_once(tmp_path: Path) -> None:
     async def scenario() -> None:
         service = ApprovalService(tmp_path, timeout_s=30)
-        pending = await service.request(sandbox_id="sb", subject={"team": "t"}, tool="kv",
-                                        action="set", arguments={}, rule_id="r")
+        pending = await service.request(
+            sandbox_id="sb",
+            subject={"team": "t"},
+            tool="kv",
+            action="set",
+            arguments={},
+            rule_id="r",
+        )
         waiter = asyncio.create_task(service.wait(pending.id))
         service.decide(pending.id, approve=True, by="test")
         assert (await waiter).state is ApprovalState.APPROVED
@@ -50,8 +56,9 @@ def test_approval_is_decided_once(tmp_path: Path) -> None:
 def test_approval_timeout_denies(tmp_path: Path) -> None:
     async def scenario() -> None:
         service = ApprovalService(tmp_path, timeout_s=0.2)
-        pending = await service.request(sandbox_id="sb", subject={}, tool="kv", action="set",
-                                        arguments={}, rule_id="r")
+        pending = await service.request(
+            sandbox_id="sb", subject={}, tool="kv", action="set", arguments={}, rule_id="r"
+        )
         final = await service.wait(pending.id)
         assert final.state is ApprovalState.EXPIRED
         with pytest.raises(Conflict):

@@ -19,11 +19,18 @@ class _Never:
 
 TOOLS = [
     Tool("kv", kv.DESCRIPTION, kv.PARAMETERS, "builtin", _Never(), action="op"),
-    Tool("no_params", 'Has """quotes""" and \\ backslashes.', {"type": "object"}, "exec",
-         _Never()),
-    Tool("odd", "", {"type": "object", "properties": {"class": {"type": "string"},
-                                                       "a-b": {}, "n": {"type": "integer"}},
-                     "required": ["n"]}, "mcp", _Never()),
+    Tool("no_params", 'Has """quotes""" and \\ backslashes.', {"type": "object"}, "exec", _Never()),
+    Tool(
+        "odd",
+        "",
+        {
+            "type": "object",
+            "properties": {"class": {"type": "string"}, "a-b": {}, "n": {"type": "integer"}},
+            "required": ["n"],
+        },
+        "mcp",
+        _Never(),
+    ),
 ]
 
 
@@ -37,9 +44,17 @@ def test_stubs_compile_and_expose_only_given_tools(tmp_path: Path) -> None:
     assert sorted(meta) == ["kv", "no_params", "odd"]
     assert sorted(p.name for p in (target / "bin").iterdir()) == ["kv", "no_params", "odd"]
     probe = subprocess.run(
-        [sys.executable, "-c", "import sandgate_tools as t, inspect;"
-         "print(inspect.signature(t.kv.get)); print(t.odd.__call__.__doc__.strip())"],
-        env={"PYTHONPATH": str(target / "python")}, capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            "-c",
+            "import sandgate_tools as t, inspect;"
+            "print(inspect.signature(t.kv.get)); print(t.odd.__call__.__doc__.strip())",
+        ],
+        env={"PYTHONPATH": str(target / "python")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "key: 'str | None' = None" in probe.stdout
     assert (target / "bin" / "kv").stat().st_mode & 0o755 == 0o755
 

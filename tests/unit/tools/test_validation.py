@@ -26,11 +26,18 @@ SCHEMA: dict[str, Any] = {
 
 def test_coerces_obvious_types_and_fills_defaults() -> None:
     result = validate_arguments(
-        "t", SCHEMA,
+        "t",
+        SCHEMA,
         {"count": "3", "ratio": "0.5", "flag": "true", "tags": '["a"]', "name": 42},
     )
-    assert result == {"count": 3, "ratio": 0.5, "flag": True, "tags": ["a"], "name": "42",
-                      "mode": "fast"}
+    assert result == {
+        "count": 3,
+        "ratio": 0.5,
+        "flag": True,
+        "tags": ["a"],
+        "name": "42",
+        "mode": "fast",
+    }
 
 
 def test_missing_required_is_named() -> None:
@@ -64,7 +71,7 @@ def test_arguments_must_be_an_object() -> None:
         ("kv", "kv"),
         ("KV", "kv"),
         ("read-file", "read_file"),
-        ("ｋｖ", "kv"),
+        ("\uff4b\uff56", "kv"),
         ("read_file ", None),
         ("read_file\u200b", None),
         ("../read_file", None),

@@ -1,0 +1,157 @@
+"""Root file systems for the bwrap runtime: a template image as a plain directory.
+
+With a Docker engine, the template's image is exported once (``docker create`` + ``docker
+export`` piped into ``tar``) to ``<cache>/<image id>/`` and its environment and working
+directory to ``<cache>/<image id>.json``; the JSON is written last, so a directory without it
+is an interrupted export and is redone. The cache is keyed by image id, so a rebuilt template
+gets a fresh tree and running sandboxes keep theirs.
+
+Without Docker, the operator provides ``<cache>/by-name/<image ref with '/' and ':' as '_'>/``
+(for example ``debootstrap`` + the provisioning of ``images/base/Dockerfile``, or a ``docker
+export`` made elsewhere); see docs/operations.md.
+
+Trust: image content is untrusted and only ever mounted read-only and ``nosuid`` into
+sandboxes; extraction keeps numeric owners and never follows links outside the target (GNU tar
+extracts members relative to ``-C``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from sandgate.errors import RuntimeUnavailable
+
+__all__ = ["Rootfs", "by_name_dir", "resolve_rootfs"]
+
+
+@dataclass(frozen=True)
+class Rootfs:
+    path: Path
+    env: dict[str, str]
+    workdir: str
+
+
+def by_name_dir(cache: Path, image_ref: str) -> Path:
+    return cache / "by-name" / image_ref.replace("/", "_").replace(":", "_")
+
+
+def resolve_rootfs(image_ref: str, cache: Path, docker_base_url: str = "") -> Rootfs:
+    """The directory tree of ``image_ref``, exporting it first if needed (slow, once)."""
+    manual = by_name_dir(cache, image_ref)
+    if manual.is_dir():
+        return Rootfs(manual, *_read_meta(manual.with_name(manual.name + ".json")))
+    try:
+        client = (
+            docker.DockerClient(base_url=docker_base_url) if docker_base_url else docker.from_env()
+        )
+    except docker.errors.DockerException:
+        why = "no Docker engine answers"
+        raise RuntimeUnavailable(_no_rootfs(image_ref, manual, why)) from None
+    try:
+        try:
+            image = client.images.get(image_ref)
+        except docker.errors.ImageNotFound:
+            raise RuntimeUnavailable(
+                _no_rootfs(image_ref, manual, "Docker has no such image")
+            ) from None
+        except docker.errors.DockerException as exc:
+            raise RuntimeUnavailable(_no_rootfs(image_ref, manual, str(exc))) from None
+        image_id = str(image.id).removeprefix("sha256:")
+        target = cache / image_id
+        meta = cache / f"{image_id}.json"
+        if meta.is_file():
+            return Rootfs(target, *_read_meta(meta))
+        cache.mkdir(parents=True, exist_ok=True)
+        with _locked(cache / f".{image_id}.lock"):
+            if not meta.is_file():
+                _export(client, image_ref, target)
+                config: dict[str, Any] = image.attrs.get("Config") or {}
+                _write_meta(meta, config)
+        return Rootfs(target, *_read_meta(meta))
+    finally:
+        client.close()
+
+
+def _export(client: Any, image_ref: str, target: Path) -> None:
+    tar = shutil.which("tar")
+    if tar is None:
+        raise RuntimeUnavailable("rootfs export needs GNU tar: apt-get install tar")
+    shutil.rmtree(target, ignore_errors=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name[:12]}-", dir=target.parent))
+    container = client.api.create_container(image_ref, command=["true"], network_disabled=True)
+    try:
+        proc = subprocess.Popen(
+            [tar, "-x", "--numeric-owner", "--no-same-owner", "-C", str(scratch)]
+            if os.geteuid() != 0
+            else [tar, "-x", "--numeric-owner", "-C", str(scratch)],
+            stdin=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdin is not None
+        try:
+            for chunk in client.api.export(container["Id"]):
+                proc.stdin.write(chunk)
+        finally:
+            proc.stdin.close()
+        stderr = proc.stderr.read() if proc.stderr is not None else b""
+        if proc.wait() != 0:
+            raise RuntimeUnavailable(
+                f"rootfs export of {image_ref} failed: {stderr.decode(errors='replace')[:500]}"
+            )
+        # Docker's export leaves its own markers; a sandbox gets its own hosts/hostname.
+        with contextlib.suppress(FileNotFoundError):
+            (scratch / ".dockerenv").unlink()
+        scratch.chmod(0o755)
+        scratch.rename(target)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            client.api.remove_container(container["Id"], force=True)
+
+
+def _write_meta(meta: Path, config: dict[str, Any]) -> None:
+    env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+    data = {"env": env, "workdir": config.get("WorkingDir") or "/"}
+    temp = meta.with_suffix(".tmp")
+    temp.write_text(json.dumps(data))
+    temp.rename(meta)
+
+
+def _read_meta(meta: Path) -> tuple[dict[str, str], str]:
+    try:
+        data = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, "/"
+    return {str(k): str(v) for k, v in data.get("env", {}).items()}, str(data.get("workdir", "/"))
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Any:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _no_rootfs(image_ref: str, manual: Path, why: str) -> str:
+    return (
+        f"bwrap runtime: no root file system for {image_ref} ({why}). Build the template on a "
+        f"host with Docker, or place its root file system at {manual} (e.g. `docker export "
+        f"$(docker create {image_ref}) | tar -x -C {manual}`); see docs/operations.md"
+    )
