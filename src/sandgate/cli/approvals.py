@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import getpass
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sandgate.approvals import ApprovalService, ApprovalState
 from sandgate.cli._common import ConfigOption, console, friendly_errors, load
-from sandgate.config import Config
+
+if TYPE_CHECKING:
+    from sandgate.approvals import ApprovalService
+    from sandgate.config import Config
 
 approvals_app = typer.Typer(help="List, approve and deny pending tool calls.", no_args_is_help=True)
 
 
 def _service(cfg: Config) -> ApprovalService:
+    from sandgate.approvals import ApprovalService
+
     return ApprovalService(cfg.home_dir / "approvals", timeout_s=cfg.approvals.timeout_s)
 
 
@@ -27,6 +31,8 @@ def list_approvals(
     config: ConfigOption = None,
 ) -> None:
     """Lists pending approvals (oldest first)."""
+    from sandgate.approvals import ApprovalState
+
     found = _service(load(config)).list_approvals(None if every else ApprovalState.PENDING)
     for approval in found:
         if as_json:

@@ -7,8 +7,6 @@ from typing import Annotated
 
 import typer
 
-from sandgate.api.v1.gateway import audit_row
-from sandgate.audit import AuditLog
 from sandgate.cli._common import (
     ConfigOption,
     console,
@@ -28,6 +26,8 @@ def tail(
     config: ConfigOption = None,
 ) -> None:
     """Prints the last records of the log, one JSON object per line."""
+    from sandgate.audit import AuditLog
+
     cfg = load(config)
     records = list(AuditLog(cfg.home_dir / "audit", None).records())
     for record in records[-count:]:
@@ -47,6 +47,8 @@ def query(
     config: ConfigOption = None,
 ) -> None:
     """Queries the store's index of the log."""
+    from sandgate.api.v1.gateway import audit_row
+
     store = open_store(load(config))
     rows = store.audit_entries(tool=tool, outcome=outcome, sandbox_id=sandbox, limit=limit)
     for row in rows:
@@ -65,6 +67,8 @@ def query(
 @friendly_errors
 def verify(config: ConfigOption = None) -> None:
     """Checks the hash chain and the index; exits 1 naming the first bad record."""
+    from sandgate.audit import AuditLog
+
     cfg = load(config)
     log = AuditLog(cfg.home_dir / "audit", open_store(cfg))
     result = log.verify()

@@ -14,12 +14,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sandgate.access import Principal
 from sandgate.cli._common import ConfigOption, err_console, friendly_errors, load
 from sandgate.errors import InvalidRequest, SandboxUnavailable
-from sandgate.guest.client import Ended, GuestError, Output
-from sandgate.sandboxes import CreateRequest
-from sandgate.tools import AGENT_METADATA_KEY
 
 if TYPE_CHECKING:
     from sandgate.api.app import Application
@@ -63,6 +59,11 @@ async def _run(
     template: str,
     limit_s: int,
 ) -> int:
+    from sandgate.access import Principal
+    from sandgate.guest.client import Ended, GuestError, Output
+    from sandgate.sandboxes import CreateRequest
+    from sandgate.tools import AGENT_METADATA_KEY
+
     store, sandboxes = application.store, application.sandboxes
     await application.gateway.registry.load_mcp(application.gateway.secrets)
     team = store.get_or_create_team(_LOCAL_TEAM, "team_" + secrets.token_hex(8), datetime.now(UTC))

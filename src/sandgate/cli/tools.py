@@ -9,8 +9,6 @@ from typing import Annotated
 import typer
 
 from sandgate.cli._common import ConfigOption, console, friendly_errors, load
-from sandgate.secrets import SecretStore
-from sandgate.tools import ToolRegistry
 
 tools_app = typer.Typer(help="Inspect the gateway's tools.", no_args_is_help=True)
 
@@ -23,6 +21,9 @@ def list_tools(
 ) -> None:
     """Lists every tool (MCP servers are asked for theirs)."""
     cfg = load(config)
+    from sandgate.secrets import SecretStore
+    from sandgate.tools import ToolRegistry
+
     registry = ToolRegistry(cfg.tools, cfg.home_dir)
     asyncio.run(registry.load_mcp(SecretStore(cfg.secrets)))
     for tool in registry.all():
