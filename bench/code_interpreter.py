@@ -76,8 +76,9 @@ Reproduce: `uv run python bench/code_interpreter.py`.
 {row(f"fresh sandbox: first `run_code('1+1')` after create (n={args.fresh})", ms["first_call"])}
 
 Create returns once the server listens, and the server listens once the default Python kernel
-answers, so the first call pays no kernel start. The JavaScript (Deno) kernel starts on first
-use and adds its own start-up to that first call.
+answers, so the first call pays no kernel start: create → first result is mostly the
+container plus the ipykernel start (no warm pool yet: pending). The JavaScript (Deno) kernel
+starts on first use and adds its own start-up (about 1.5 s) to that first call.
 """,
     )
     print(json.dumps(results, indent=2))

@@ -40,8 +40,14 @@ def test_claimed_sandbox_is_configured_and_pool_refills(
 
     created = create(server.url, server.api_key, envVars={"WHO": "claimed"}, metadata={"m": "1"})
     assert created["sandboxID"] == pooled, "the pooled sandbox is handed out"
-    result = run(server.url, pooled, created["envdAccessToken"], "echo $WHO; id -un")
-    assert result.stdout == "claimed\nuser\n"
+    result = run(
+        server.url,
+        pooled,
+        created["envdAccessToken"],
+        "echo $WHO; id -un; cat /run/sandgate/envs.json",
+    )
+    assert result.stdout == 'claimed\nuser\n{"WHO": "claimed"}'
+    assert "".join(result.stdout).count("claimed") == 2, "services inside read envs.json"
 
     _wait(lambda: len(_instance_containers(instance)) == 2, "the pool to refill")
     server.stop()

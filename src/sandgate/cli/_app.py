@@ -6,6 +6,7 @@ import typer
 
 from sandgate.cli.approvals import approvals_app
 from sandgate.cli.audit import audit_app
+from sandgate.cli.chat import chat
 from sandgate.cli.doctor import doctor
 from sandgate.cli.env import env
 from sandgate.cli.keys import keys_app
@@ -33,3 +34,4 @@ app.add_typer(tools_app, name="tools")
 app.add_typer(audit_app, name="audit")
 app.add_typer(approvals_app, name="approvals")
 app.add_typer(runs_app, name="runs")
+app.command("chat")(chat)

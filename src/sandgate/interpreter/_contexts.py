@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import os
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ._events import Event, error_event
@@ -97,6 +99,8 @@ class Context:
         self._env = env
         self._max_output = max_output
         self._kernel: Kernel | None = None
+        #: The version of the sandbox-level environment this context's kernel has applied.
+        self._applied_env: int | None = None
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -124,6 +128,7 @@ class Context:
             )
             await kernel.start()
             self._kernel = kernel
+            self._applied_env = None
         return self._kernel
 
     async def restart(self) -> None:
@@ -133,6 +138,7 @@ class Context:
                 await self._ensure_kernel()
             else:
                 await self._kernel.restart()
+                self._applied_env = None
 
     async def shutdown(self) -> None:
         async with self._lock:
@@ -153,6 +159,12 @@ class Context:
                 return
             execution.bind(lambda: self._spawn(kernel.interrupt()))
             try:
+                sandbox_env = SANDBOX_ENV.current()
+                if sandbox_env.version != self._applied_env:
+                    if sandbox_env.values:
+                        code_env = self.language.export_env(sandbox_env.values)
+                        await kernel.run(code_env, _ignore, silent=True)
+                    self._applied_env = sandbox_env.version
                 if env_vars:
                     await kernel.run(self.language.set_env(env_vars), _ignore, silent=True)
                 execution.state = ExecutionState.RUNNING
@@ -177,6 +189,7 @@ class Context:
                 await self._recover(kernel)
 
     async def _recover(self, kernel: Kernel) -> None:
+        self._applied_env = None
         try:
             await kernel.restart()
         except KernelStartError:
@@ -187,6 +200,44 @@ class Context:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+@dataclass(frozen=True)
+class _EnvSnapshot:
+    version: int
+    values: dict[str, str]
+
+
+class SandboxEnv:
+    """The sandbox-level environment as the gateway publishes it in a JSON file.
+
+    Kernels started at boot inherit the environment the server was started with; a sandbox
+    taken from a warm pool gets its environment later, so every execution checks the file
+    (one ``stat``) and a kernel applies a changed environment before running the cell.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._snapshot = _EnvSnapshot(0, {})
+
+    def current(self) -> _EnvSnapshot:
+        try:
+            version = os.stat(self._path).st_mtime_ns
+        except OSError:
+            return self._snapshot
+        if version != self._snapshot.version:
+            try:
+                with open(self._path, encoding="utf-8") as handle:
+                    data = json.load(handle)
+            except (OSError, ValueError):
+                return self._snapshot
+            if isinstance(data, dict):
+                values = {str(k): str(v) for k, v in data.items()}
+                self._snapshot = _EnvSnapshot(version, values)
+        return self._snapshot
+
+
+SANDBOX_ENV = SandboxEnv(os.environ.get("SANDGATE_INTERPRETER_ENV_FILE", "/run/sandgate/envs.json"))
 
 
 def _ignore(event: Event) -> None:

@@ -67,6 +67,19 @@ class Language:
             )
         return "\n".join(lines)
 
+    def export_env(self, env: Mapping[str, str]) -> str:
+        """Code that sets ``env`` for the rest of the kernel's life (sandbox-level envs)."""
+        if self.kernel == "python3":
+            return f"import os as __sg_os\n__sg_os.environ.update({dict(env)!r})\ndel __sg_os\n"
+        if self.kernel == "deno":
+            values = json.dumps(dict(env))
+            return f"for (const [k, v] of Object.entries({values})) Deno.env.set(k, v);\n"
+        lines = []
+        for name, value in env.items():
+            _check_shell_name(name)
+            lines.append(f"export {name}={shlex.quote(value)}")
+        return "\n".join(lines)
+
     def restore_env(self, env: Mapping[str, str]) -> str:
         """Code that undoes ``set_env(env)``."""
         if self.kernel == "python3":

@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -94,7 +95,12 @@ UID_BASE = 1_000_000_000
 UIDS_PER_SANDBOX = 65536
 _MAX_SLOTS = 16384  # keeps every mapped id below 2**31
 #: Host-wide claims on uid slots (one file per live sandbox, of any Sandgate instance).
-_CLAIMS_DIR = Path("/run/sandgate-bwrap/uids")
+_RUN_DIR = Path("/run/sandgate-bwrap")
+_CLAIMS_DIR = _RUN_DIR / "uids"
+#: Per-sandbox bind mounts of its root file system and host directory, in a directory only the
+#: sandbox's root uid can enter: bubblewrap resolves bind sources as that uid, and the gateway's
+#: home (e.g. ``/root/.sandgate``) is not searchable by it.
+_STAGE_DIR = _RUN_DIR / "stage"
 #: A uid below every slot, used only to probe whether unprivileged user namespaces work.
 _PROBE_UID = UID_BASE - 1
 BWRAP_MIN_VERSION = (0, 8, 0)
@@ -350,6 +356,7 @@ class BwrapRuntime:
         # SECURITY: the sandbox's root (host uid ``base``) owns its own directory, so the guest
         # can create its socket there; nothing else on the host is given to that uid.
         os.chown(spec.host_dir, base, base)
+        stage = _stage(spec.sandbox_id, base, rootfs, spec.host_dir)
         run_dir = Path("/run/user") / str(base)
         run_dir.parent.mkdir(exist_ok=True, mode=0o755)
         with contextlib.suppress(FileExistsError):
@@ -361,10 +368,6 @@ class BwrapRuntime:
             info_r, info_w = os.pipe()
             block_r, block_w = os.pipe()
             fds += [info_r, info_w, block_r, block_w]
-            root_fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            fds.append(root_fd)
-            host_fd = os.open(spec.host_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            fds.append(host_fd)
             seccomp_fd = _memfd("seccomp", compile_profile())
             fds.append(seccomp_fd)
             hosts_fd = _memfd("hosts", _HOSTS.encode())
@@ -379,8 +382,7 @@ class BwrapRuntime:
                 workdir,
                 info_w=info_w,
                 block_r=block_r,
-                root_fd=root_fd,
-                host_fd=host_fd,
+                stage=stage,
                 seccomp_fd=seccomp_fd,
                 hosts_fd=hosts_fd,
                 hostname_fd=hostname_fd,
@@ -402,7 +404,7 @@ class BwrapRuntime:
                 user=base,
                 group=base,
                 extra_groups=[],
-                pass_fds=(info_w, block_r, root_fd, host_fd, seccomp_fd, hosts_fd, hostname_fd),
+                pass_fds=(info_w, block_r, seccomp_fd, hosts_fd, hostname_fd),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log_fd,
@@ -451,8 +453,7 @@ class BwrapRuntime:
         *,
         info_w: int,
         block_r: int,
-        root_fd: int,
-        host_fd: int,
+        stage: Path,
         seccomp_fd: int,
         hosts_fd: int,
         hostname_fd: int,
@@ -475,7 +476,7 @@ class BwrapRuntime:
             argv += ["--setenv", key, value]
         argv += [
             "--hostname", "sandbox",
-            "--ro-bind-fd", str(root_fd), "/",
+            "--ro-bind", str(stage / "root"), "/",
             "--proc", "/proc",
             "--dev", "/dev",
             "--size", str(spec.tmp_size_mb * mib), "--perms", "1777", "--tmpfs", "/tmp",
@@ -485,10 +486,10 @@ class BwrapRuntime:
         ]  # fmt: skip
         if (rootfs / "run" / "user").is_dir():
             argv += ["--size", str(mib), "--perms", "0755", "--tmpfs", "/run/user"]
-        argv += ["--bind-fd", str(host_fd), GUEST_DIR_IN_SANDBOX]
-        argv += ["--ro-bind-data", str(hosts_fd), "/etc/hosts"]
+        argv += ["--bind", str(stage / "run"), GUEST_DIR_IN_SANDBOX]
+        argv += ["--perms", "0644", "--ro-bind-data", str(hosts_fd), "/etc/hosts"]
         if (rootfs / "etc" / "hostname").is_file():
-            argv += ["--ro-bind-data", str(hostname_fd), "/etc/hostname"]
+            argv += ["--perms", "0644", "--ro-bind-data", str(hostname_fd), "/etc/hostname"]
         chdir = workdir if (rootfs / workdir.lstrip("/")).is_dir() else "/"
         argv += ["--chdir", chdir, "--seccomp", str(seccomp_fd), "--"]
         # The home tmpfs is made by bubblewrap as the sandbox's root; hand it to its user
@@ -523,6 +524,7 @@ class BwrapRuntime:
         if isinstance(slot, int):
             shutil.rmtree(Path("/run/user") / str(UID_BASE + slot * UIDS_PER_SANDBOX), True)
             _release_slot(slot, state_dir)
+        _unstage(sandbox_id)
         shutil.rmtree(state_dir, ignore_errors=True)
 
     def _live_cgroup(self, sandbox_id: str) -> SandboxCgroup:
@@ -671,6 +673,41 @@ def _load_state(state_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_MS_BIND = 4096
+_MNT_DETACH = 2
+
+
+def _stage(sandbox_id: str, uid: int, rootfs: Path, host_dir: Path) -> Path:
+    """Bind-mounts ``rootfs`` and ``host_dir`` at ``<stage>/root`` and ``<stage>/run``, where
+    ``<stage>`` is mode 0700 and owned by the sandbox's root uid."""
+    _STAGE_DIR.mkdir(parents=True, exist_ok=True)
+    for path in (_RUN_DIR, _STAGE_DIR):
+        path.chmod(0o711)
+    stage = _STAGE_DIR / sandbox_id
+    stage.mkdir(mode=0o700)
+    os.chown(stage, uid, uid)
+    for source, name in ((rootfs, "root"), (host_dir, "run")):
+        target = stage / name
+        target.mkdir()
+        if _libc.mount(bytes(source), bytes(target), None, _MS_BIND, None) != 0:
+            error = ctypes.get_errno()
+            raise RuntimeUnavailable(f"bwrap runtime: cannot bind {source}: {os.strerror(error)}")
+    return stage
+
+
+def _unstage(sandbox_id: str) -> None:
+    stage = _STAGE_DIR / sandbox_id
+    for name in ("root", "run"):
+        target = stage / name
+        if target.is_dir():
+            _libc.umount2(bytes(target), _MNT_DETACH)
+            with contextlib.suppress(OSError):
+                target.rmdir()
+    with contextlib.suppress(OSError):
+        stage.rmdir()
 
 
 def _claim_slot(state_dir: Path) -> int:

@@ -178,7 +178,9 @@ class SandboxService:
         try:
             if warm is not None:
                 extra_envs = await self._attach(row, host_dir)
-                await self._guest(row.id).configure({**extra_envs, **request.envs})
+                envs = {**extra_envs, **request.envs}
+                await self._guest(row.id).configure(envs)
+                _publish_envs(host_dir, envs)
                 ref = warm.ref
                 self._refill(template)
             else:
@@ -498,6 +500,7 @@ class SandboxService:
         shutil.copyfile(self._guest_zipapp, host_dir / "guest.pyz")
         guest_config = {"envs": dict(envs), "default_user": "user", "default_workdir": None}
         (host_dir / "guest.json").write_text(json.dumps(guest_config))
+        _publish_envs(host_dir, envs)
 
     async def _detach(self, sandbox_id: str) -> None:
         for hook in self._hooks:
@@ -597,6 +600,15 @@ class SandboxService:
                 f"this server already runs {total} sandboxes; the limit is "
                 f"{self._limits.max_sandboxes_total} (limits.max_sandboxes_total)"
             )
+
+
+def _publish_envs(host_dir: Path, envs: Mapping[str, str]) -> None:
+    """Writes the sandbox-level environment where services inside can read it
+    (``/run/sandgate/envs.json``; the code interpreter applies it to its kernels). Atomic."""
+    temp = host_dir / ".envs.json.tmp"
+    temp.write_text(json.dumps(dict(envs)))
+    temp.chmod(0o644)
+    temp.replace(host_dir / "envs.json")
 
 
 def _new_id() -> str:

@@ -137,7 +137,7 @@ def test_suggest_autonomy_asks_before_each_allowed_call(agents_env: AgentsEnv) -
         "careful-model",
         code(
             "import sandgate_tools as tools\n"
-            "print(tools.kv.get(key='user:3')['id'])\n"
+            "tools.kv.get(key='user:3')\nprint('first: ok')\n"
             "try:\n    tools.kv.get(key='user:4')\n"
             "except tools.ToolError as exc:\n    print('second:', exc.code)"
         ),
@@ -162,4 +162,4 @@ def test_suggest_autonomy_asks_before_each_allowed_call(agents_env: AgentsEnv) -
     run = httpx.get(f"{url}/v1/runs/{started['id']}?trace=true", headers=headers).json()
     assert decided == ["approve", "deny"]
     stdout = next(e for e in run["trace"] if e["type"] == "code.completed")["data"]["stdout"]
-    assert stdout.split() == ["3", "second:", "approval_denied"]
+    assert stdout.split() == ["first:", "ok", "second:", "approval_denied"]

@@ -1,0 +1,97 @@
+"""``sandgate chat``: talk to an agent in the terminal; approvals are asked inline.
+
+Runs the agent in-process, like ``sandgate run`` (no server needed; a server on the same
+home shares the store and audit log safely). The session is kept in the store: ``--session``
+continues it later, here or over the HTTP API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markdown import Markdown
+
+from sandgate.cli._common import ConfigOption, console, friendly_errors, load
+from sandgate.cli._render import render_event
+
+if TYPE_CHECKING:
+    from sandgate.access import Principal
+    from sandgate.agents import AgentRunner
+    from sandgate.api.app import Application
+
+_LOCAL_TEAM = "local"
+_QUIT = {"/exit", "/quit", "exit", "quit"}
+
+
+@friendly_errors
+def chat(
+    agent: Annotated[str, typer.Option(help="The agent (from agents:) to talk to.")],
+    session: Annotated[str | None, typer.Option(help="Continue this session.")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Chats with AGENT: each message is a run; code, tool calls and approvals are shown as
+    they happen. /exit (or Ctrl-D) leaves; the session can be continued with --session."""
+    from sandgate.api.app import create_app
+    from sandgate.cli._bootstrap import ensure_shipped_templates
+
+    cfg = load(config)
+    application = create_app(cfg)
+    ensure_shipped_templates(cfg, application.store, build=False)
+    asyncio.run(_chat(application, agent, session))
+
+
+async def _chat(application: Application, agent_id: str, session_id: str | None) -> None:
+    from sandgate.access import Principal
+
+    runner = application.agents
+    await application.gateway.registry.load_mcp(application.gateway.secrets)
+    team = application.store.get_or_create_team(
+        _LOCAL_TEAM, "team_" + secrets.token_hex(8), datetime.now(UTC)
+    )
+    principal = Principal(team_id=team.id, api_key_id="cli")
+    agent = runner.agent(agent_id)
+    console.print(
+        f"[bold]{agent.name or agent.id}[/] ({agent.mode} mode, "
+        f"{', '.join(f'{m.provider}/{m.model}' for m in agent.models)}). /exit to leave."
+    )
+    try:
+        while True:
+            try:
+                message = (await asyncio.to_thread(console.input, "[bold cyan]you>[/] ")).strip()
+            except EOFError:
+                break
+            if message in _QUIT:
+                break
+            if not message:
+                continue
+            session_id = await _one_run(runner, principal, agent_id, message, session_id)
+    finally:
+        if session_id is not None:
+            console.print(f"[dim]session {session_id}: continue with --session {session_id}[/]")
+            row = runner.session(principal, session_id)
+            if row.sandbox_id:
+                await application.sandboxes.kill_any(row.sandbox_id)
+        await runner.stop()
+        application.store.close()
+
+
+async def _one_run(
+    runner: AgentRunner, principal: Principal, agent_id: str, message: str, session_id: str | None
+) -> str:
+    run = await runner.submit(principal, agent_id, message, session_id)
+    async for event in runner.events(run.id):
+        render_event(console, event.type, event.data, trace=False)
+        if event.type == "approval.required":
+            answer = await asyncio.to_thread(
+                console.input, "[bold magenta]approve this call? [y/N][/] "
+            )
+            approve = answer.strip().lower() in {"y", "yes"}
+            runner.decide(principal, event.data["approval"], approve=approve)
+            console.print("[green]approved[/]" if approve else "[red]denied[/]")
+        elif event.type == "run.completed":
+            console.print(Markdown(event.data.get("answer") or ""))
+    return run.session_id
