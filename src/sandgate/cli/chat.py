@@ -37,8 +37,10 @@ def chat(
     they happen. /exit (or Ctrl-D) leaves; the session can be continued with --session."""
     from sandgate.api.app import create_app
     from sandgate.cli._bootstrap import ensure_shipped_templates
+    from sandgate.logs import configure_logging
 
     cfg = load(config)
+    configure_logging("warning")  # the conversation owns the terminal
     application = create_app(cfg)
     ensure_shipped_templates(cfg, application.store, build=False)
     asyncio.run(_chat(application, agent, session))
@@ -87,7 +89,7 @@ async def _one_run(
         render_event(console, event.type, event.data, trace=False)
         if event.type == "approval.required":
             answer = await asyncio.to_thread(
-                console.input, "[bold magenta]approve this call? [y/N][/] "
+                console.input, "[bold magenta]approve this call? \\[y/N][/] "
             )
             approve = answer.strip().lower() in {"y", "yes"}
             runner.decide(principal, event.data["approval"], approve=approve)
