@@ -44,4 +44,7 @@ def serve(
         http="httptools",
         loop="uvloop",
         timeout_graceful_shutdown=3,
+        # Longer than any client's idle timeout (undici 4 s, httpx 5 s), so a client never
+        # sends a request on a connection the server is closing at that very moment.
+        timeout_keep_alive=75,
     )
