@@ -19,7 +19,15 @@ from tests.framework.envd import create, run
 
 pytestmark = pytest.mark.parametrize("runtime", ["bwrap"], indirect=True)
 
-_CAP_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6, "SETUID": 7}
+_CAP_BITS = {
+    "CHOWN": 0,
+    "DAC_OVERRIDE": 1,
+    "FOWNER": 3,
+    "FSETID": 4,
+    "KILL": 5,
+    "SETGID": 6,
+    "SETUID": 7,
+}
 GUEST_MASK = sum(1 << _CAP_BITS[name] for name in GUEST_CAPABILITIES)
 MIB = 1024 * 1024
 
@@ -38,14 +46,17 @@ def _children(pid: int) -> list[int]:
 
 
 def _in_uid_range(base: int) -> list[int]:
+    """Live (not zombie: the host's init reaps bubblewrap's monitor when it gets to it)
+    processes running as a uid of the range starting at ``base``."""
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
                 uid = proc.stat().st_uid
-            except FileNotFoundError:
+                state = _status(int(proc.name))["State"]
+            except (FileNotFoundError, ProcessLookupError, KeyError):
                 continue
-            if base <= uid < base + UIDS_PER_SANDBOX:
+            if base <= uid < base + UIDS_PER_SANDBOX and not state.startswith("Z"):
                 found.append(int(proc.name))
     return found
 
@@ -78,7 +89,9 @@ def test_ESC_01_bwrap_host_side_posture(
     assert guest_status["Seccomp"] == "2"
 
     for ns in ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup"):
-        assert Path(f"/proc/{init}/ns/{ns}").readlink() != Path(f"/proc/self/ns/{ns}").readlink(), ns
+        assert Path(f"/proc/{init}/ns/{ns}").readlink() != Path(f"/proc/self/ns/{ns}").readlink(), (
+            ns
+        )
 
     # A multi-id map onto this sandbox's own unprivileged host range.
     assert Path(f"/proc/{init}/uid_map").read_text().split() == ["0", str(base), "65536"]
@@ -89,7 +102,9 @@ def test_ESC_01_bwrap_host_side_posture(
     fds = {int(fd.name): os.readlink(fd) for fd in Path(f"/proc/{init}/fd").iterdir()}
     extra = {fd: target for fd, target in fds.items() if fd > 2}
     assert list(extra.values()) == ["anon_inode:[eventfd]"], fds
-    assert fds[0] == fds[1] == "/dev/null" and fds[2] == str(state_dir_of(runtime_view, sandbox_id) / "guest.log")
+    assert fds[0] == fds[1] == "/dev/null" and fds[2] == str(
+        state_dir_of(runtime_view, sandbox_id) / "guest.log"
+    )
 
     cgroup = _cgroup_dirs(init)
     assert cgroup["pids"].name == sandbox_id
@@ -146,8 +161,12 @@ def test_MT_06_sandboxes_get_disjoint_host_uid_ranges(
             state = runtime_view.state(sandbox["sandboxID"])
             assert state is not None
             bases.append(int(state["uid_base"]))
-            result = run(runtime_server.url, sandbox["sandboxID"], sandbox["envdAccessToken"],
-                         "sleep 30 & echo $!")
+            result = run(
+                runtime_server.url,
+                sandbox["sandboxID"],
+                sandbox["envdAccessToken"],
+                "sleep 30 & echo $!",
+            )
             assert result.exit_code == 0
         assert abs(bases[0] - bases[1]) >= UIDS_PER_SANDBOX
         # Each sandbox's user processes run as its own host uid (base + 1000).
@@ -156,8 +175,10 @@ def test_MT_06_sandboxes_get_disjoint_host_uid_ranges(
                 Path(f"/proc/{pid}").stat().st_uid == base + 1000 for pid in _in_uid_range(base)
             )
     finally:
-        httpx.delete(f"{runtime_server.url}/sandboxes/{other['sandboxID']}",
-                     headers={"X-API-Key": runtime_server.api_key})
+        httpx.delete(
+            f"{runtime_server.url}/sandboxes/{other['sandboxID']}",
+            headers={"X-API-Key": runtime_server.api_key},
+        )
 
 
 def test_RES_10_kill_leaves_no_process_cgroup_or_mount(
@@ -165,15 +186,21 @@ def test_RES_10_kill_leaves_no_process_cgroup_or_mount(
 ) -> None:
     created = create(runtime_server.url, runtime_server.api_key)
     sandbox_id, token = created["sandboxID"], created["envdAccessToken"]
-    result = run(runtime_server.url, sandbox_id, token,
-                 "setsid nohup sleep 1000 >/dev/null 2>&1 & (sleep 1000 &) ; echo started")
+    result = run(
+        runtime_server.url,
+        sandbox_id,
+        token,
+        "setsid nohup sleep 1000 >/dev/null 2>&1 & (sleep 1000 &) ; echo started",
+    )
     assert result.stdout == "started\n"
     state = runtime_view.state(sandbox_id)
     assert state is not None
     base = int(state["uid_base"])
     assert len(_in_uid_range(base)) >= 4  # monitor, init, guest, sleepers
-    response = httpx.delete(f"{runtime_server.url}/sandboxes/{sandbox_id}",
-                            headers={"X-API-Key": runtime_server.api_key})
+    response = httpx.delete(
+        f"{runtime_server.url}/sandboxes/{sandbox_id}",
+        headers={"X-API-Key": runtime_server.api_key},
+    )
     assert response.status_code == 204
     assert _in_uid_range(base) == []
     assert not any(Path(p).exists() for p in state["cgroup"])

@@ -10,6 +10,7 @@ from sandgate.cli.chat import chat
 from sandgate.cli.doctor import doctor
 from sandgate.cli.env import env
 from sandgate.cli.keys import keys_app
+from sandgate.cli.mcp import mcp
 from sandgate.cli.run import run
 from sandgate.cli.runs import runs_app
 from sandgate.cli.sandbox import sandbox_app
@@ -35,3 +36,4 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(approvals_app, name="approvals")
 app.add_typer(runs_app, name="runs")
 app.command("chat")(chat)
+app.command("mcp")(mcp)

@@ -5,7 +5,6 @@ only its own sessions and runs. The SSE stream replays a run's stored events fir
 client that connects late (or reconnects with ``Last-Event-ID``) misses nothing.
 """
 
-
 import asyncio
 import contextlib
 import json
