@@ -3,7 +3,9 @@
 ``client`` parametrises a test over every pinned client (``py-e2b-2.31.0``, ``py-e2b-2.63.0``,
 ``js-e2b-2.31.0``, ``js-e2b-2.51.0``); each is installed on first use into ``.cache/compat/``
 and reused while its lock file is unchanged. ``e2b_env`` is the SDK environment pointing at the
-session's ``sandgate_server`` (registered by the root ``tests/conftest.py``).
+session's ``sandgate_server`` (registered by the root ``tests/conftest.py``);
+``runtime_e2b_env`` points at the ``runtime`` dimension's server, so a test taking it runs on
+docker and on bwrap.
 """
 
 from __future__ import annotations
@@ -30,11 +32,18 @@ def e2b_env(sandgate_server: RunningServer) -> dict[str, str]:
     return dict(sandgate_server.env)
 
 
+@pytest.fixture(scope="session")
+def runtime_e2b_env(runtime_server: RunningServer) -> dict[str, str]:
+    """The SDK environment for the ``runtime`` dimension's server (docker: the shared one)."""
+    return dict(runtime_server.env)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """Attaches the tail of the server's log to a failed compat test's report."""
     report = yield
-    server = getattr(item, "funcargs", {}).get("sandgate_server")
+    funcargs = getattr(item, "funcargs", {})
+    server = funcargs.get("runtime_server") or funcargs.get("sandgate_server")
     if report.failed and isinstance(server, RunningServer):
         tail = "\n".join(server.log_text().splitlines()[-SERVER_LOG_TAIL_LINES:])
         status = server.process.poll() if server.process is not None else None

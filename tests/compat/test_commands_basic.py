@@ -13,8 +13,8 @@ from .expect import assert_sdk_version, command_ok, failed_with
 pytestmark = pytest.mark.compat
 
 
-def test_commands_basic(client: PreparedClient, e2b_env: dict[str, str]) -> None:
-    result = client.run("commands_basic", e2b_env)
+def test_commands_basic(client: PreparedClient, runtime_e2b_env: dict[str, str]) -> None:
+    result = client.run("commands_basic", runtime_e2b_env)
     assert_sdk_version(result, client)
 
     command_ok(result["true"], "")

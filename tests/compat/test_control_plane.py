@@ -22,9 +22,9 @@ pytestmark = pytest.mark.compat
 CLOCK_SLACK_S = 5.0
 
 
-def test_lifecycle(client: PreparedClient, e2b_env: dict[str, str]) -> None:
+def test_lifecycle(client: PreparedClient, runtime_e2b_env: dict[str, str]) -> None:
     tag = "lc" + secrets.token_hex(6)
-    result = client.run("lifecycle", e2b_env, [tag])
+    result = client.run("lifecycle", runtime_e2b_env, [tag])
     assert_sdk_version(result, client)
     sandbox_id = result["sandbox_id"]
     assert re.fullmatch(r"[a-z0-9]+", sandbox_id), sandbox_id

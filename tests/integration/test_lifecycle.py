@@ -1,28 +1,23 @@
-"""Lifecycle against real Docker: restart survival, the reaper, nothing left behind, quotas."""
+"""Lifecycle against real runtimes: restart survival, the reaper, nothing left behind, quotas.
+
+Tests taking ``runtime_server``/``runtime_view`` run once per runtime (docker, bwrap); the
+others are about Docker or about the control plane and run on the default server."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-import docker
-import docker.errors
 import httpx
 import pytest
 
+from tests.fixtures.runtimes import RuntimeView
 from tests.fixtures.server import RunningServer, ServerFactory
 from tests.framework.envd import create, run
 
-pytestmark = pytest.mark.docker
-
-
-def _container_exists(sandbox_id: str) -> bool:
-    try:
-        docker.from_env().containers.get(f"sandgate-{sandbox_id}")
-    except docker.errors.NotFound:
-        return False
-    return True
+docker_only = pytest.mark.docker
 
 
 def _info(server: RunningServer, sandbox_id: str) -> httpx.Response:
@@ -37,21 +32,25 @@ def _wait_until(condition, timeout: float, what: str) -> None:  # type: ignore[n
         time.sleep(0.1)
 
 
-def test_kill_leaves_nothing_behind(sandgate_server: RunningServer) -> None:
-    created = create(sandgate_server.url, sandgate_server.api_key)
+def test_kill_leaves_nothing_behind(
+    runtime_server: RunningServer, runtime_view: RuntimeView
+) -> None:
+    created = create(runtime_server.url, runtime_server.api_key)
     sandbox_id = created["sandboxID"]
-    host_dir = sandgate_server.home / "sandboxes" / sandbox_id
-    assert host_dir.is_dir() and _container_exists(sandbox_id)
+    result = run(runtime_server.url, sandbox_id, created["envdAccessToken"], "echo alive")
+    assert result.stdout == "alive\n"
+    host_dir = runtime_server.home / "sandboxes" / sandbox_id
+    assert host_dir.is_dir() and runtime_view.exists(sandbox_id)
     response = httpx.delete(
-        f"{sandgate_server.url}/sandboxes/{sandbox_id}",
-        headers={"X-API-Key": sandgate_server.api_key},
+        f"{runtime_server.url}/sandboxes/{sandbox_id}",
+        headers={"X-API-Key": runtime_server.api_key},
     )
     assert response.status_code == 204
-    assert not _container_exists(sandbox_id)
+    assert not runtime_view.exists(sandbox_id)
     assert not host_dir.exists()
-    assert _info(sandgate_server, sandbox_id).status_code == 404
+    assert _info(runtime_server, sandbox_id).status_code == 404
     health = httpx.get(
-        f"{sandgate_server.url}/health",
+        f"{runtime_server.url}/health",
         headers={"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": "49983"},
     )
     assert health.status_code == 502
@@ -62,14 +61,17 @@ def test_kill_leaves_nothing_behind(sandgate_server: RunningServer) -> None:
     }
 
 
-def test_reaper_kills_expired_sandboxes(sandgate_server: RunningServer) -> None:
-    created = create(sandgate_server.url, sandgate_server.api_key, timeout=2)
+def test_reaper_kills_expired_sandboxes(
+    runtime_server: RunningServer, runtime_view: RuntimeView
+) -> None:
+    created = create(runtime_server.url, runtime_server.api_key, timeout=2)
     sandbox_id = created["sandboxID"]
-    _wait_until(lambda: _info(sandgate_server, sandbox_id).status_code == 404, 30, "the reaper")
-    assert not _container_exists(sandbox_id)
-    assert not (sandgate_server.home / "sandboxes" / sandbox_id).exists()
+    _wait_until(lambda: _info(runtime_server, sandbox_id).status_code == 404, 30, "the reaper")
+    assert not runtime_view.exists(sandbox_id)
+    assert not (runtime_server.home / "sandboxes" / sandbox_id).exists()
 
 
+@docker_only
 def test_connect_extends_but_never_shortens(sandgate_server: RunningServer) -> None:
     created = create(sandgate_server.url, sandgate_server.api_key, timeout=600)
     sandbox_id = created["sandboxID"]
@@ -94,9 +96,10 @@ def test_connect_extends_but_never_shortens(sandgate_server: RunningServer) -> N
 
 
 def test_sigkilled_gateway_finds_its_sandboxes_again(
-    sandgate_server_factory: ServerFactory,
+    runtime: str, runtime_server_factory: Callable[..., RunningServer]
 ) -> None:
-    server = sandgate_server_factory()
+    server = runtime_server_factory()
+    view = RuntimeView(runtime, server)
     keep = create(server.url, server.api_key, timeout=600)
     expire = create(server.url, server.api_key, timeout=3)
     expire_at = datetime.fromisoformat(_info(server, expire["sandboxID"]).json()["endAt"])
@@ -111,14 +114,15 @@ def test_sigkilled_gateway_finds_its_sandboxes_again(
     server.kill()
     # Let the short-lived sandbox's deadline pass while no gateway runs.
     _wait_until(lambda: datetime.now(expire_at.tzinfo) > expire_at, 30, "the deadline")
-    assert _container_exists(expire["sandboxID"]), "nothing may reap while the gateway is down"
+    assert view.exists(expire["sandboxID"]), "nothing may reap while the gateway is down"
+    assert view.paused(frozen["sandboxID"])
     server.restart()
 
     result = run(server.url, keep["sandboxID"], keep["envdAccessToken"], "echo still-here")
     assert result.stdout == "still-here\n"
     assert _info(server, keep["sandboxID"]).status_code == 200
     assert _info(server, expire["sandboxID"]).status_code == 404
-    assert not _container_exists(expire["sandboxID"])
+    assert not view.exists(expire["sandboxID"])
     assert not (server.home / "sandboxes" / expire["sandboxID"]).exists()
     assert _info(server, frozen["sandboxID"]).json()["state"] == "paused"
     resumed = httpx.post(
@@ -131,6 +135,7 @@ def test_sigkilled_gateway_finds_its_sandboxes_again(
     assert thawed.stdout == "thawed\n"
 
 
+@docker_only
 def test_quota_per_team_names_the_limit(sandgate_server_factory: ServerFactory) -> None:
     server = sandgate_server_factory(extra_env={"SANDGATE_LIMITS__MAX_SANDBOXES_PER_TEAM": "1"})
     create(server.url, server.api_key)
@@ -144,6 +149,7 @@ def test_quota_per_team_names_the_limit(sandgate_server_factory: ServerFactory) 
     assert response.json()["code"] == 429
 
 
+@docker_only
 @pytest.mark.parametrize(
     ("body", "setting"),
     [
@@ -164,6 +170,7 @@ def test_resource_caps_answer_400(
     assert setting in response.json()["message"]
 
 
+@docker_only
 def test_engine_unreachable_is_clear_and_leaves_no_row(
     sandgate_server_factory: ServerFactory, tmp_path: Path
 ) -> None:
@@ -175,6 +182,7 @@ def test_engine_unreachable_is_clear_and_leaves_no_row(
         server.start()
 
 
+@docker_only
 def test_create_with_engine_gone_leaves_no_row_and_no_directory(tmp_path: Path) -> None:
     import asyncio
 
@@ -208,7 +216,10 @@ def test_create_with_engine_gone_leaves_no_row_and_no_directory(tmp_path: Path) 
     assert list((tmp_path / "sandboxes").iterdir()) == []
 
 
-def test_pause_freezes_and_connect_resumes(sandgate_server: RunningServer) -> None:
+def test_pause_freezes_and_connect_resumes(
+    runtime_server: RunningServer, runtime_view: RuntimeView
+) -> None:
+    sandgate_server = runtime_server
     created = create(sandgate_server.url, sandgate_server.api_key, timeout=600)
     sandbox_id, token = created["sandboxID"], created["envdAccessToken"]
     run(sandgate_server.url, sandbox_id, token, "echo before > /home/user/state")
@@ -229,8 +240,7 @@ def test_pause_freezes_and_connect_resumes(sandgate_server: RunningServer) -> No
         f"{url}/health", headers={"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": "49983"}
     )
     assert health.status_code == 502
-    container = docker.from_env().api.inspect_container(f"sandgate-{sandbox_id}")
-    assert container["State"]["Paused"] is True
+    assert runtime_view.paused(sandbox_id)
 
     resumed = httpx.post(f"{url}/v2/sandboxes/{sandbox_id}/connect", json={}, headers=headers)
     assert resumed.status_code == 201

@@ -102,9 +102,8 @@ def test_ESC_01_bwrap_host_side_posture(
     fds = {int(fd.name): os.readlink(fd) for fd in Path(f"/proc/{init}/fd").iterdir()}
     extra = {fd: target for fd, target in fds.items() if fd > 2}
     assert list(extra.values()) == ["anon_inode:[eventfd]"], fds
-    assert fds[0] == fds[1] == "/dev/null" and fds[2] == str(
-        state_dir_of(runtime_view, sandbox_id) / "guest.log"
-    )
+    log = runtime_view.server.home / "bwrap" / sandbox_id / "guest.log"
+    assert fds[0] == fds[1] == "/dev/null" and fds[2] == str(log)
 
     cgroup = _cgroup_dirs(init)
     assert cgroup["pids"].name == sandbox_id
@@ -132,10 +131,6 @@ def test_ESC_01_bwrap_host_side_posture(
     root = next(m.split() for m in mounts if m.split()[4] == "/")
     assert "ro" in root[5].split(",")
     assert all("nosuid" in m.split()[5] for m in mounts if m.split()[4] in ("/", "/run/sandgate"))
-
-
-def state_dir_of(view: RuntimeView, sandbox_id: str) -> Path:
-    return view.server.home / "bwrap" / sandbox_id
 
 
 def _cgroup_dirs(pid: int) -> dict[str, Path]:

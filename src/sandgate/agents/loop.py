@@ -145,6 +145,16 @@ class Turn:
     async def _call_tool(
         self, number: int, call_id: str, name: str, arguments: dict[str, Any]
     ) -> None:
+        if name not in {spec.name for spec in self.tools}:
+            refusal = {
+                "ok": False,
+                "error": {
+                    "code": "policy_denied",
+                    "message": f"{name} is not one of the tools offered to this agent",
+                },
+            }
+            self.messages.append(Message("tool", json.dumps(refusal), tool_call_id=call_id))
+            return
         pending = ToolStep(number, name, None, "pending", None, None, None, arguments)
         self.emit(*pending.started())
         position = self.gateway.audit_position()

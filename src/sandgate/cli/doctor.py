@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from sandgate.cli._common import ConfigOption, console, friendly_errors, load
+from sandgate.runtimes.select import choose
 from sandgate.templates import SHIPPED_TEMPLATES, TemplateBuilder, TemplateBuildError
 
 #: Upstream releases that fixed the escapes we know of (CVE-2024-21626 "Leaky Vessels" for
@@ -137,15 +138,31 @@ def run_checks(config_path: Any = None) -> list[Check]:
             "" if free >= _MIN_FREE_BYTES else "free space or set SANDGATE_HOME elsewhere",
         )
     )
-    bwrap = shutil.which("bwrap")
-    checks.append(
+    checks.extend(runtime_checks(cfg))
+    return checks
+
+
+def runtime_checks(cfg: Any) -> list[Check]:
+    """Which runtime ``serve`` would use and why; for bwrap, each isolation feature it needs.
+    A missing bwrap feature fails only when bwrap is (or would have to be) the runtime."""
+    choice = choose(cfg)
+    checks = [
         Check(
-            "bubblewrap",
-            "ok" if bwrap else "warn",
-            bwrap or "not installed",
-            "" if bwrap else "apt-get install bubblewrap (for the daemonless runtime)",
+            "runtime",
+            "ok" if choice.kind else "fail",
+            f"{choice.kind or 'none'}: {choice.reason}",
+            "" if choice.kind else "see the failing checks below",
         )
-    )
+    ]
+    requirements = choice.bwrap
+    if not requirements:
+        from sandgate.runtimes.bwrap import check_host
+
+        requirements = tuple(check_host())
+    needed = choice.kind == "bwrap" or cfg.runtime.kind == "bwrap" or choice.kind is None
+    for req in requirements:
+        status = "ok" if req.ok else ("fail" if needed else "warn")
+        checks.append(Check(f"bwrap: {req.feature}", status, req.detail, req.fix))
     return checks
 
 

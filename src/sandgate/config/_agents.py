@@ -13,13 +13,16 @@ variables); any OpenAI-compatible server (Ollama, vLLM, DeepSeek, …) is one mo
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sandgate.config._gateway import AgentConfig as _PolicyAgent
 
+_ENV_DEFAULT = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(?::-([^}]*))?\}")
 Autonomy = Literal["suggest", "semi", "auto"]
 Language = Literal["python", "javascript", "typescript", "bash"]
 
@@ -85,6 +88,13 @@ class AgentConfig(_PolicyAgent):
     language: Language = "python"
     budgets: AgentBudgets = AgentBudgets()
     sandbox: AgentSandbox = AgentSandbox()
+
+    @field_validator("provider", "model")
+    @classmethod
+    def _environment(cls, value: str) -> str:
+        """``${VAR}`` or ``${VAR:-default}`` is replaced from the gateway's environment, so
+        one config file can name the model per deployment."""
+        return _ENV_DEFAULT.sub(lambda m: os.environ.get(m.group(1)) or m.group(2) or "", value)
 
     @property
     def models(self) -> list[ModelChoice]:

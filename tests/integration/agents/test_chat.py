@@ -75,7 +75,7 @@ def test_chat_renders_code_and_asks_for_approval_inline(
 ) -> None:
     agents_env.models.script(
         "careful-model",
-        code("import sandgate_tools as tools\nprint('got', tools.kv.get(key='user:5') is not None)"),
+        code("import sandgate_tools as tools\nprint('got', tools.kv.get(key='user:5'))"),
         text("**User 5** was read after your approval."),
     )
     terminal.wait_for("you>")

@@ -156,9 +156,8 @@ def test_suggest_autonomy_asks_before_each_allowed_call(agents_env: AgentsEnv) -
                 answer = httpx.post(f"{url}/v1/approvals/{approval}/{verdict}", headers=headers)
                 assert answer.status_code == 200, answer.text
                 decided.append(verdict)
-            if line.startswith("event: run."):
-                if line != "event: run.started":
-                    break
+            if line.startswith("event: run.") and line != "event: run.started":
+                break
     run = httpx.get(f"{url}/v1/runs/{started['id']}?trace=true", headers=headers).json()
     assert decided == ["approve", "deny"]
     stdout = next(e for e in run["trace"] if e["type"] == "code.completed")["data"]["stdout"]
