@@ -236,7 +236,12 @@ def test_GW_10_and_GW_14_audit_invisible_and_socket_has_no_other_routes(
     _, run = agent_sandbox("writer")
     look = run("ls -A /run/sandgate; find / -name 'audit.jsonl' -not -path '/proc/*' 2>/dev/null")
     assert look.stdout.split() == [
-        "envs.json", "gateway.sock", "guest.json", "guest.pyz", "guest.sock", "tools"
+        "envs.json",
+        "gateway.sock",
+        "guest.json",
+        "guest.pyz",
+        "guest.sock",
+        "tools",
     ]
     probe = run(
         "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); "
