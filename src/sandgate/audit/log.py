@@ -7,7 +7,8 @@ own directory under ``sandboxes/``), so sandboxed code cannot see or touch it (G
 
 Writing: an ``flock`` serialises writers across processes (``serve`` and an in-process
 ``sandgate run`` may share a home); each record is one ``write`` on an ``O_APPEND`` file, then
-``fsync`` (unless ``audit.fsync: false``), then one index row. A write that fails raises
+``fsync`` (unless ``audit.fsync: false``; concurrent writers share one fsync, and each returns
+only once its own record is covered), then one index row. A write that fails raises
 ``AuditUnavailable`` and the pipeline fails the call closed.
 """
 
@@ -39,9 +40,18 @@ class AuditLog:
         self._fsync = fsync
         self._lock = threading.Lock()
         self._known: tuple[int, int, str] | None = None  # (file size, seq, hash) we last wrote
+        # Group commit: a record is durable once an fsync that began after its write has
+        # finished. ``_written`` counts records written, ``_synced`` those made durable.
+        self._sync_lock = threading.Lock()
+        self._written = 0
+        self._synced = 0
 
     def append(self, record: dict[str, Any]) -> dict[str, Any]:
-        """Seals, writes and indexes one record; returns it. Raises ``AuditUnavailable``."""
+        """Seals, writes, fsyncs and indexes one record; returns it once it is durable.
+
+        Raises ``AuditUnavailable``. Concurrent callers share fsyncs (group commit): each
+        returns only after an fsync that covers its own record.
+        """
         record = {"time": datetime.now(UTC).isoformat(), **record}
         try:
             with self._lock:
@@ -54,11 +64,13 @@ class AuditLog:
                     sealed = seal(record, seq + 1, prev)
                     line = (canonical(sealed) + "\n").encode()
                     os.write(fd, line)
-                    if self._fsync:
-                        os.fsync(fd)
                     self._known = (size + len(line), seq + 1, sealed["hash"])
+                    self._written += 1
+                    ticket = self._written
                 finally:
                     os.close(fd)
+            if self._fsync:
+                self._sync(ticket)
         except OSError as exc:
             raise AuditUnavailable(
                 f"cannot write the audit log {self.path} ({exc.strerror}); tool calls are "
@@ -66,6 +78,21 @@ class AuditLog:
             ) from None
         self._index(sealed)
         return sealed
+
+    def _sync(self, ticket: int) -> None:
+        """Returns once record number ``ticket`` (of this process) is on disk."""
+        with self._sync_lock:
+            if self._synced >= ticket:
+                return  # another caller's fsync, begun after our write, covered it
+            covered = self._written
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                # SECURITY: fsync flushes the file's data whichever descriptor asks, so every
+                # record written before this point becomes durable.
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._synced = covered
 
     def check_writable(self) -> None:
         """Raises ``AuditUnavailable`` unless a record could be appended right now; the

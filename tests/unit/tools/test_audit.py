@@ -81,3 +81,21 @@ def test_appends_continue_the_chain_after_reopening(log: AuditLog, tmp_path: Pat
     again.append({"event": "tool.call", "outcome": "allowed"})
     assert [r["seq"] for r in again.records()][-1] == 6
     assert again.verify().ok
+
+
+def test_concurrent_appends_keep_the_chain_and_are_all_durable(tmp_path: Path) -> None:
+    import threading
+
+    log = AuditLog(tmp_path / "audit", None)
+    threads = [
+        threading.Thread(target=lambda: [log.append({"n": i}) for i in range(50)]) for _ in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    result = log.verify()
+    assert result.ok and result.checked == 400
+    assert log._synced == log._written == 400, "every append returned after its fsync"
+    seqs = [record["seq"] for record in log.records()]
+    assert seqs == list(range(1, 401))
