@@ -22,6 +22,7 @@ from sandgate.api.routing import Router
 from sandgate.api.v1 import build_v1_router
 from sandgate.api.v1.agents import build_agents_router
 from sandgate.config import Config
+from sandgate.egress import EgressHook
 from sandgate.errors import SandgateError
 from sandgate.guest import build_zipapp
 from sandgate.runtimes import Runtime
@@ -50,13 +51,17 @@ class Application:
             self.gateway, store, list(config.agents), home / "tools" / "staging"
         )
         self.skills_hook = skills_hook(config)  # agent runner (issue 7)
+        # Egress (issue 6): per-sandbox proxy socket; agents as the tool gateway decides them.
+        self.egress_hook = EgressHook(
+            config.egress, self.gateway.audit, lambda row: self.gateway_hook.subject(row).agent
+        )
         self.sandboxes = SandboxService(
             config,
             store,
             runtime,
             instance_id=instance_id(home),
             guest_zipapp=build_zipapp(home / "guest" / "guest.pyz"),
-            hooks=[self.gateway_hook, self.skills_hook],
+            hooks=[self.gateway_hook, self.skills_hook, self.egress_hook],
         )
         # -- agent runner (issue 7): sessions, runs, /v1/agents and /v1/runs --------------
         self.agents = build_runner(

@@ -8,6 +8,7 @@ from sandgate.config._agents import (
     ProviderConfig,
     SkillsConfig,
 )
+from sandgate.config._egress import EgressConfig, EgressRule
 from sandgate.config._gateway import (
     ApprovalsConfig,
     ArgCondition,
@@ -49,6 +50,8 @@ __all__ = [
     "BwrapConfig",
     "Config",
     "DockerConfig",
+    "EgressConfig",
+    "EgressRule",
     "ExecTool",
     "HttpTool",
     "LimitsConfig",

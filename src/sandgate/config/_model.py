@@ -13,6 +13,7 @@ from sandgate.config._agents import (
     SkillsConfig,
     check_agent_references,
 )
+from sandgate.config._egress import EgressConfig
 from sandgate.config._gateway import (
     ApprovalsConfig,
     AuditConfig,
@@ -129,11 +130,16 @@ class Config(_Section):
     # Agent runner (config/_agents.py).
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     skills: SkillsConfig = SkillsConfig()
+    # Sandbox egress (config/_egress.py): nothing is reachable unless listed.
+    egress: EgressConfig = EgressConfig()
 
     @model_validator(mode="after")
     def _gateway_references(self) -> Config:
         check_gateway_references(self.tools, self.secrets)
         check_agent_references(self.agents, self.providers, set(self.secrets))
+        unknown = sorted(set(self.egress.agents) - {agent.id for agent in self.agents})
+        if unknown:
+            raise ValueError(f"egress.agents names undeclared agents: {', '.join(unknown)}")
         return self
 
     @property

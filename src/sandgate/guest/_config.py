@@ -19,6 +19,8 @@ class GuestConfig:
     default_workdir: str | None = None
     max_processes: int = 256
     exit_retention_s: float = 30.0
+    #: Port of the egress relay on 127.0.0.1 (``_egress``); 0 runs no relay.
+    egress_proxy_port: int = 0
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> GuestConfig:
@@ -37,7 +39,12 @@ class GuestConfig:
             raise ValueError("config: max_processes must be a positive integer")
         if not isinstance(retention, int | float) or retention < 0:
             raise ValueError("config: exit_retention_s must be a non-negative number")
-        return cls(dict(envs), user, workdir, max_processes, float(retention))
+        proxy_port = data.get("egress_proxy_port", 0)
+        if not isinstance(proxy_port, int) or isinstance(proxy_port, bool):
+            raise ValueError("config: egress_proxy_port must be an integer")
+        if not 0 <= proxy_port < 65536:
+            raise ValueError("config: egress_proxy_port must be in 0..65535")
+        return cls(dict(envs), user, workdir, max_processes, float(retention), proxy_port)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -46,6 +53,7 @@ class GuestConfig:
             "default_workdir": self.default_workdir,
             "max_processes": self.max_processes,
             "exit_retention_s": self.exit_retention_s,
+            "egress_proxy_port": self.egress_proxy_port,
         }
 
     @classmethod

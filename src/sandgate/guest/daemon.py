@@ -30,19 +30,28 @@ from pathlib import Path
 from typing import Any
 
 from ._config import GuestConfig
+from ._egress import start_relay
 from ._errors import OpError
 from ._files import FILE_OPS
 from ._log import log
 from ._process import SUBSCRIBER_HIGH_WATER, Process, ProcessTable, SpawnSpec, decode_input
+from ._splice import splice
 from ._users import User, lookup_user
 from ._worker import MAX_WORKER_MESSAGE, run_worker
-from .protocol import FRAME_HEADER, MAX_REQUEST, PROTOCOL_VERSION, Kind, decode_json, encode_json
+from .protocol import (
+    EGRESS_SOCKET,
+    FRAME_HEADER,
+    MAX_REQUEST,
+    PROTOCOL_VERSION,
+    Kind,
+    decode_json,
+    encode_json,
+)
 
 __all__ = ["main"]
 
 _REQUEST_TIMEOUT_S = 30.0
 _CLOSE_TIMEOUT_S = 30.0
-_TUNNEL_CHUNK = 64 * 1024
 
 
 class _Worker:
@@ -76,11 +85,16 @@ class Daemon:
             self._worker_for(lookup_user(self.config.default_user))
         except OpError:
             log("default_user_missing", user=self.config.default_user)
+        relay = None
+        if self.config.egress_proxy_port:
+            relay = await start_relay(self.config.egress_proxy_port, EGRESS_SOCKET)
         log("started", socket=socket_path, version=PROTOCOL_VERSION)
         accept = asyncio.ensure_future(self._accept(listener))
         await self.stopping.wait()
         accept.cancel()
         listener.close()
+        if relay is not None:
+            relay.close()
         self.processes.kill_all()
         for worker in self.workers.values():
             worker.ctrl.close()
@@ -320,7 +334,7 @@ class Daemon:
         except OSError:
             up_writer.close()
             raise
-        await _splice(reader, writer, up_reader, up_writer)
+        await splice(reader, writer, up_reader, up_writer)
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:
@@ -350,37 +364,6 @@ _HANDLERS: dict[str, Any] = {
     "connect": Daemon.op_connect,
     "tunnel": Daemon.op_tunnel,
 }
-
-
-async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-    while data := await src.read(_TUNNEL_CHUNK):
-        dst.write(data)
-        await dst.drain()
-    if dst.can_write_eof():
-        dst.write_eof()
-
-
-async def _splice(
-    a_reader: asyncio.StreamReader,
-    a_writer: asyncio.StreamWriter,
-    b_reader: asyncio.StreamReader,
-    b_writer: asyncio.StreamWriter,
-) -> None:
-    pumps = [
-        asyncio.ensure_future(_pump(a_reader, b_writer)),
-        asyncio.ensure_future(_pump(b_reader, a_writer)),
-    ]
-    try:
-        pending = set(pumps)
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if any(task.exception() is not None for task in done):
-                break
-    finally:
-        for task in pumps:
-            task.cancel()
-        for writer in (a_writer, b_writer):
-            writer.transport.abort()
 
 
 def _listen(path: str) -> socket.socket:

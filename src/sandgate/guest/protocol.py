@@ -52,6 +52,8 @@ import struct
 from typing import Any, Final
 
 __all__ = [
+    "EGRESS_PROXY_PORT",
+    "EGRESS_SOCKET",
     "ERROR_CODES",
     "FILE_CHUNK",
     "FRAME_HEADER",
@@ -78,6 +80,11 @@ OUTPUT_CHUNK: Final = 32 * 1024
 PTY_CHUNK: Final = 16 * 1024
 #: Largest DATA frame payload the guest sends for a file read (the client may send up to MAX_FRAME).
 FILE_CHUNK: Final = 1024 * 1024
+
+#: Where the guest's egress relay listens inside the sandbox (``127.0.0.1`` only), and the
+#: gateway socket it relays each connection to (served by ``sandgate.egress``).
+EGRESS_PROXY_PORT: Final = 3128
+EGRESS_SOCKET: Final = "/run/sandgate/egress.sock"
 
 ERROR_CODES: Final = frozenset(
     {

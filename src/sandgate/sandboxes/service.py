@@ -34,6 +34,7 @@ from sandgate.errors import (
     TemplateNotFound,
 )
 from sandgate.guest.client import GuestClient, GuestError, GuestUnavailable
+from sandgate.guest.protocol import EGRESS_PROXY_PORT
 from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec
 from sandgate.sandboxes.hooks import SandboxHook
 from sandgate.sandboxes.state import SandboxState, check_transition
@@ -61,6 +62,9 @@ class CreateRequest:
     cpu_count: int | None = None
     memory_mb: int | None = None
     allow_internet_access: bool = False
+    #: Egress asked for by the caller, ``{"allow_out": [...], "deny_out": [...]}``; the
+    #: egress hook checks it against the operator's ceiling (``egress.api_allow_out``).
+    network: dict[str, list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,7 @@ class SandboxService:
             disk_size_mb=self._limits.disk_size_mb,
             envd_version=template.envd_version,
             allow_internet_access=request.allow_internet_access,
+            network=request.network,
             started_at=now,
             end_at=now + timedelta(seconds=timeout_s),
             ended_at=None,
@@ -498,7 +503,12 @@ class SandboxService:
         # SECURITY: a copy, not a link: the sandbox's root may write to this directory, and
         # must not be able to alter the guest code other sandboxes run.
         shutil.copyfile(self._guest_zipapp, host_dir / "guest.pyz")
-        guest_config = {"envs": dict(envs), "default_user": "user", "default_workdir": None}
+        guest_config = {
+            "envs": dict(envs),
+            "default_user": "user",
+            "default_workdir": None,
+            "egress_proxy_port": EGRESS_PROXY_PORT,
+        }
         (host_dir / "guest.json").write_text(json.dumps(guest_config))
         _publish_envs(host_dir, envs)
 

@@ -94,6 +94,8 @@ class Sandbox(Base):
     disk_size_mb: Mapped[int] = mapped_column(Integer)
     envd_version: Mapped[str] = mapped_column(String(32))
     allow_internet_access: Mapped[bool]
+    #: The create call's egress request, ``{"allow_out": [...], "deny_out": [...]}`` or None.
+    network: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
     started_at: Mapped[datetime]
     end_at: Mapped[datetime]
     ended_at: Mapped[datetime | None]

@@ -236,6 +236,7 @@ def test_GW_10_and_GW_14_audit_invisible_and_socket_has_no_other_routes(
     _, run = agent_sandbox("writer")
     look = run("ls -A /run/sandgate; find / -name 'audit.jsonl' -not -path '/proc/*' 2>/dev/null")
     assert look.stdout.split() == [
+        "egress.sock",
         "envs.json",
         "gateway.sock",
         "guest.json",

@@ -25,6 +25,16 @@ CLIENT_ID = "6532622b"
 _MAX_PAGE = 100
 
 
+class NetworkBody(BaseModel):
+    """E2B's ``network`` options: hosts to allow (within ``egress.api_allow_out``) and deny.
+    ``0.0.0.0/0`` in ``denyOut`` means every host (allowOut still wins, as in E2B)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    allow_out: list[str] = Field(default_factory=list, alias="allowOut", max_length=256)
+    deny_out: list[str] = Field(default_factory=list, alias="denyOut", max_length=256)
+
+
 class NewSandbox(BaseModel):
     """``NewSandbox`` (v1) and ``NewSandboxV2``; unknown keys are ignored, as E2B does."""
 
@@ -38,6 +48,7 @@ class NewSandbox(BaseModel):
     metadata: dict[str, str] = Field(default_factory=dict)
     cpu_count: int | None = Field(None, alias="cpuCount")
     memory_mb: int | None = Field(None, alias="memoryMB")
+    network: NetworkBody | None = None
 
 
 class TimeoutBody(BaseModel):
@@ -101,7 +112,13 @@ def build_control_router(service: SandboxService, store: Store, domain: str) -> 
                 envs=body.env_vars,
                 cpu_count=body.cpu_count,
                 memory_mb=body.memory_mb,
-                allow_internet_access=bool(body.allow_internet_access),
+                # E2B's default is true; it grants only what egress.internet_access lists.
+                allow_internet_access=body.allow_internet_access is not False,
+                network=(
+                    {"allow_out": body.network.allow_out, "deny_out": body.network.deny_out}
+                    if body.network is not None
+                    else None
+                ),
             ),
         )
         return JSONResponse(sandbox_body(row), status_code=201)

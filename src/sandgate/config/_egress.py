@@ -1,0 +1,129 @@
+"""Configuration of sandbox egress (``egress:``): who may reach which hosts, through the proxy.
+
+Default: nothing. A sandbox reaches a host only when a rule here (or an API request this
+section permits) names it. Rules are written ``host``, ``host:port`` or ``host:port,port``, or
+as an object when they need more::
+
+    egress:
+      allow: ["pypi.org:443", "*.pythonhosted.org:443"]   # every sandbox
+      templates: {node: ["registry.npmjs.org:443"]}       # sandboxes of one template
+      agents: {researcher: ["*.wikipedia.org:443"]}       # sandboxes of one declared agent
+      internet_access: []                                 # what E2B allow_internet_access grants
+      api_allow_out: ["*.github.com:443"]                 # what network.allowOut may ask for
+      resolve_overrides: {fixture.test: ["127.0.0.1"]}    # name → addresses (tests, split DNS)
+      - host: internal-api.corp.test                      # (object form)
+        ports: [8443]
+        addresses: ["10.20.0.0/16"]                       # non-public addresses it may reach
+
+``host`` is an exact name, ``*.domain`` (subdomains of domain, not domain itself), ``*`` (any
+name; public addresses only) or an IP literal (that address only). ``ports`` default to 443
+and 80; port 25 is always refused. A non-public address (private, loopback, link-local, CGNAT,
+multicast, reserved) is reached only through a rule whose ``addresses`` contains it; metadata
+endpoints are refused whatever a rule says.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress, IPvAnyNetwork, model_validator
+
+__all__ = ["DEFAULT_PORTS", "EgressConfig", "EgressRule", "parse_rule_text"]
+
+DEFAULT_PORTS: tuple[int, ...] = (443, 80)
+_HOST = re.compile(r"^(\*|(\*\.)?[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?)$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def parse_rule_text(text: str) -> dict[str, Any]:
+    """``host``, ``host:port,port`` or ``[v6]:port`` → the object form's fields.
+
+    Raises ``ValueError`` naming what is wrong."""
+    text = text.strip()
+    ports: list[int] | None = None
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"'{text}': an IPv6 rule is written [address] or [address]:port")
+        port_text = rest[1:] if rest else ""
+    elif text.count(":") > 1:
+        host, port_text = text, ""  # a bare IPv6 address
+    else:
+        host, _, port_text = text.partition(":")
+    if port_text:
+        try:
+            ports = [int(p) for p in port_text.split(",")]
+        except ValueError:
+            raise ValueError(f"'{text}': ports must be integers, e.g. host:443,80") from None
+    fields: dict[str, Any] = {"host": host}
+    if ports is not None:
+        fields["ports"] = ports
+    return fields
+
+
+class EgressRule(_Section):
+    """One allowed destination: a host pattern, its ports and any non-public addresses."""
+
+    host: str
+    ports: list[int] = Field(default_factory=lambda: list(DEFAULT_PORTS), min_length=1)
+    #: Non-public networks this rule may connect to (e.g. a test fixture on 127.0.0.1).
+    #: Metadata endpoints stay refused even when listed.
+    addresses: list[IPvAnyNetwork] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        return parse_rule_text(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _check(self) -> EgressRule:
+        if not _is_ip(self.host) and not _HOST.match(self.host):
+            raise ValueError(
+                f"host '{self.host}' must be a name, '*.domain', '*' or an IP address "
+                "(no 'example.*', no URL, no userinfo)"
+            )
+        for port in self.ports:
+            if not 0 < port < 65536:
+                raise ValueError(f"port {port} is not in 1..65535")
+        return self
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+class EgressConfig(_Section):
+    """Allow-lists (all empty by default: no egress) and the proxy's per-sandbox limits."""
+
+    #: Rules every sandbox gets.
+    allow: list[EgressRule] = Field(default_factory=list)
+    #: Rules per template name.
+    templates: dict[str, list[EgressRule]] = Field(default_factory=dict)
+    #: Rules per declared agent id (``agents:``), for sandboxes that act as that agent.
+    agents: dict[str, list[EgressRule]] = Field(default_factory=dict)
+    #: What ``allow_internet_access: true`` grants. E2B SDKs send ``true`` by default, so it
+    #: must mean nothing unless the operator says so here (e.g. ``["*:443", "*:80"]``).
+    internet_access: list[EgressRule] = Field(default_factory=list)
+    #: The ceiling for ``network.allowOut`` in create calls: an entry is honoured only if one
+    #: of these rules covers its host (and ports); anything else is refused with 400.
+    api_allow_out: list[EgressRule] = Field(default_factory=list)
+    #: Fixed answers used instead of DNS for these names (tests, split-horizon setups). An
+    #: override does not make an address reachable: non-public answers still need a rule
+    #: whose ``addresses`` contains them.
+    resolve_overrides: dict[str, list[IPvAnyAddress]] = Field(default_factory=dict)
+    #: Open tunnels per sandbox; more are refused with 429.
+    max_tunnels_per_sandbox: int = Field(32, ge=1, le=10_000)
+    connect_timeout_s: float = Field(10.0, gt=0, le=300)
+    #: A tunnel with no bytes either way for this long is closed.
+    idle_timeout_s: float = Field(300.0, gt=0)
+    #: A tunnel is closed after this long, busy or not.
+    max_tunnel_s: float = Field(3600.0, gt=0)

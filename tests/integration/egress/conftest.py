@@ -1,0 +1,3 @@
+from tests.fixtures.egress import egress_sandbox, egress_server, upstream
+
+__all__ = ["egress_sandbox", "egress_server", "upstream"]
