@@ -74,6 +74,7 @@ class Application:
             redoc_url=None,
         )
         _install_error_handlers(control)
+        control.state.store = store  # read by sandgate.api.auth for every route's caller
         control.include_router(build_control_router(self.sandboxes, store, config.server.domain))
         control.include_router(build_v1_router(self.gateway, store))
         control.include_router(build_agents_router(self.agents, store))  # agent runner

@@ -9,11 +9,12 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandgate.access import Principal, authenticate_api_key
+from sandgate.access import Principal
+from sandgate.api.auth import Caller
 from sandgate.errors import InvalidRequest
 from sandgate.sandboxes import CreateRequest, SandboxService
 from sandgate.store import Sandbox, Store
@@ -63,13 +64,6 @@ def _time(value: datetime) -> str:
 
 def build_control_router(service: SandboxService, store: Store, domain: str) -> APIRouter:
     router = APIRouter()
-
-    def principal(
-        x_api_key: Annotated[str | None, Header(alias="X-API-Key")] = None,
-    ) -> Principal:
-        return authenticate_api_key(store, x_api_key)
-
-    Caller = Annotated[Principal, Depends(principal)]
 
     def sandbox_body(row: Sandbox) -> dict[str, Any]:
         return {

@@ -22,11 +22,10 @@ from starlette.responses import Response
 from sandgate.api.e2b.connect import (
     RpcError,
     read_stream_request,
-    read_unary_request,
     stream_response,
-    unary_response,
     with_keepalive,
 )
+from sandgate.api.e2b.guest_rpc import guest_of, unary_call
 from sandgate.api.e2b.process import timeout_ms
 from sandgate.api.e2b.users import request_user
 from sandgate.guest.client import (
@@ -34,7 +33,6 @@ from sandgate.guest.client import (
     FsEvent,
     GuestClient,
     GuestError,
-    GuestUnavailable,
     WatchStream,
 )
 
@@ -94,11 +92,6 @@ def entry_json(entry: EntryInfo) -> dict[str, Any]:
     return result
 
 
-def _guest(request: Request) -> GuestClient:
-    guest: GuestClient = request.scope["sandgate.route"].guest
-    return guest
-
-
 def _watchers(request: Request) -> dict[str, _Watcher]:
     route = request.scope["sandgate.route"]
     watchers: dict[str, _Watcher] = route.state.setdefault("watchers", {})
@@ -124,8 +117,6 @@ class _Watcher:
                 self.arrived.set()
         except GuestError as exc:
             self.error = RpcError(exc.code, exc.message)
-        except GuestUnavailable:
-            self.error = RpcError("unavailable", "the sandbox is not reachable")
 
 
 @dataclass(frozen=True)
@@ -155,45 +146,34 @@ async def _event(event: FsEvent, entries: _EntryLookup | None) -> dict[str, Any]
     return body
 
 
-async def _unary(request: Request, call: Callable[[dict[str, Any]], Awaitable[Any]]) -> Response:
-    message = await read_unary_request(request)
-    try:
-        result = await call(message)
-    except GuestError as exc:
-        raise RpcError(exc.code, exc.message) from None
-    except GuestUnavailable:
-        raise RpcError("unavailable", "the sandbox is not reachable") from None
-    return unary_response(result if isinstance(result, dict) else {})
-
-
 async def stat(request: Request) -> Response:
     async def call(m: dict[str, Any]) -> dict[str, Any]:
-        entry = await _guest(request).stat(check_path(m.get("path")), user=request_user(request))
+        entry = await guest_of(request).stat(check_path(m.get("path")), user=request_user(request))
         return {"entry": entry_json(entry)}
 
-    return await _unary(request, call)
+    return await unary_call(request, call)
 
 
 async def make_dir(request: Request) -> Response:
     async def call(m: dict[str, Any]) -> dict[str, Any]:
-        entry = await _guest(request).make_dir(
+        entry = await guest_of(request).make_dir(
             check_path(m.get("path")), user=request_user(request)
         )
         return {"entry": entry_json(entry)}
 
-    return await _unary(request, call)
+    return await unary_call(request, call)
 
 
 async def move(request: Request) -> Response:
     async def call(m: dict[str, Any]) -> dict[str, Any]:
-        entry = await _guest(request).move(
+        entry = await guest_of(request).move(
             check_path(m.get("source"), "source"),
             check_path(m.get("destination"), "destination"),
             user=request_user(request),
         )
         return {"entry": entry_json(entry)}
 
-    return await _unary(request, call)
+    return await unary_call(request, call)
 
 
 async def list_dir(request: Request) -> Response:
@@ -204,19 +184,19 @@ async def list_dir(request: Request) -> Response:
             raise RpcError("invalid_argument", "depth must be a positive integer") from None
         if depth < 1:
             raise RpcError("invalid_argument", "depth must be a positive integer")
-        entries = await _guest(request).list_dir(
+        entries = await guest_of(request).list_dir(
             check_path(m.get("path")), depth=depth, user=request_user(request)
         )
         return {"entries": [entry_json(e) for e in entries]}
 
-    return await _unary(request, call)
+    return await unary_call(request, call)
 
 
 async def remove(request: Request) -> Response:
     async def call(m: dict[str, Any]) -> None:
-        await _guest(request).remove(check_path(m.get("path")), user=request_user(request))
+        await guest_of(request).remove(check_path(m.get("path")), user=request_user(request))
 
-    return await _unary(request, call)
+    return await unary_call(request, call)
 
 
 def _watch_args(m: dict[str, Any]) -> tuple[str, bool, bool]:
@@ -231,14 +211,12 @@ async def watch_dir(request: Request) -> Response:
     path, recursive, include_entry = _watch_args(message)
     user = request_user(request)
     try:
-        root = (await _guest(request).stat(path, user=user)).path
-        stream = await _guest(request).watch(path, recursive=recursive, user=user)
+        root = (await guest_of(request).stat(path, user=user)).path
+        stream = await guest_of(request).watch(path, recursive=recursive, user=user)
     except GuestError as exc:
         raise RpcError(exc.code, exc.message) from None
-    except GuestUnavailable:
-        raise RpcError("unavailable", "the sandbox is not reachable") from None
 
-    entries = _EntryLookup(_guest(request), root, user) if include_entry else None
+    entries = _EntryLookup(guest_of(request), root, user) if include_entry else None
 
     async def events() -> AsyncIterator[dict[str, Any]]:
         yield {"start": {}}
@@ -263,7 +241,7 @@ async def create_watcher(request: Request) -> Response:
         if len(watchers) >= _MAX_WATCHERS:
             raise RpcError("resource_exhausted", f"at most {_MAX_WATCHERS} watchers per sandbox")
         user = request_user(request)
-        guest = _guest(request)
+        guest = guest_of(request)
         root = (await guest.stat(path, user=user)).path
         stream = await guest.watch(path, recursive=recursive, user=user)
         watcher = _Watcher(stream, _EntryLookup(guest, root, user) if include_entry else None)
@@ -272,7 +250,7 @@ async def create_watcher(request: Request) -> Response:
         watchers[watcher_id] = watcher
         return {"watcherId": watcher_id}
 
-    return await _unary(request, call)
+    return await unary_call(request, call)
 
 
 def _watcher(request: Request, m: dict[str, Any]) -> tuple[str, _Watcher]:
@@ -298,7 +276,7 @@ async def get_watcher_events(request: Request) -> Response:
             raise watcher.error
         return {"events": events}
 
-    return await _unary(request, call)
+    return await unary_call(request, call)
 
 
 async def remove_watcher(request: Request) -> Response:
@@ -309,7 +287,7 @@ async def remove_watcher(request: Request) -> Response:
             watcher.task.cancel()
         await watcher.stream.aclose()
 
-    return await _unary(request, call)
+    return await unary_call(request, call)
 
 
 FILESYSTEM_METHODS: dict[str, Callable[[Request], Awaitable[Response]]] = {

@@ -19,17 +19,14 @@ from sandgate.api.e2b.connect import (
     RpcError,
     read_stream_messages,
     read_stream_request,
-    read_unary_request,
     stream_response,
-    unary_response,
     with_keepalive,
 )
+from sandgate.api.e2b.guest_rpc import guest_of, unary_call
 from sandgate.api.e2b.users import request_user
 from sandgate.guest.client import (
     Ended,
-    GuestClient,
     GuestError,
-    GuestUnavailable,
     Output,
     ProcessStream,
     Started,
@@ -47,11 +44,6 @@ def field(message: dict[str, Any], camel: str, snake: str | None = None) -> Any:
     if camel in message:
         return message[camel]
     return message.get(snake) if snake else None
-
-
-def _guest(request: Request) -> GuestClient:
-    guest: GuestClient = request.scope["sandgate.route"].guest
-    return guest
 
 
 def _selector(message: dict[str, Any]) -> dict[str, Any]:
@@ -138,8 +130,6 @@ async def _stream_call(
         stream = await opener(message)
     except GuestError as exc:
         raise RpcError(exc.code, exc.message) from None
-    except GuestUnavailable:
-        raise RpcError("unavailable", "the sandbox is not reachable") from None
     return stream_response(
         with_keepalive(
             _events(stream),
@@ -169,7 +159,7 @@ async def start(request: Request) -> Response:
             raw_size = pty.get("size") or {}
             size = (int(raw_size.get("cols", 80)), int(raw_size.get("rows", 24)))
         stdin = message.get("stdin")
-        return await _guest(request).spawn(
+        return await guest_of(request).spawn(
             cmd=config["cmd"],
             args=args,
             envs=envs,
@@ -186,26 +176,15 @@ async def start(request: Request) -> Response:
 
 async def connect(request: Request) -> Response:
     async def opener(message: dict[str, Any]) -> ProcessStream:
-        return await _guest(request).connect_process(**_selector(message))
+        return await guest_of(request).connect_process(**_selector(message))
 
     return await _stream_call(request, opener, bounded=True)
-
-
-async def _unary(request: Request, call: Callable[[dict[str, Any]], Awaitable[Any]]) -> Response:
-    message = await read_unary_request(request)
-    try:
-        result = await call(message)
-    except GuestError as exc:
-        raise RpcError(exc.code, exc.message) from None
-    except GuestUnavailable:
-        raise RpcError("unavailable", "the sandbox is not reachable") from None
-    return unary_response(result if isinstance(result, dict) else {})
 
 
 async def list_processes(request: Request) -> Response:
     async def call(_: dict[str, Any]) -> dict[str, Any]:
         processes = []
-        for info in await _guest(request).list_processes():
+        for info in await guest_of(request).list_processes():
             config: dict[str, Any] = {"cmd": info.cmd, "args": info.args}
             if info.envs:
                 config["envs"] = info.envs
@@ -217,7 +196,7 @@ async def list_processes(request: Request) -> Response:
             processes.append(entry)
         return {"processes": processes}
 
-    return await _unary(request, call)
+    return await unary_call(request, call)
 
 
 async def send_signal(request: Request) -> Response:
@@ -226,9 +205,9 @@ async def send_signal(request: Request) -> Response:
         signal = _SIGNALS.get(str(raw))
         if signal is None:
             raise RpcError("invalid_argument", f"unsupported signal {raw!r}")
-        await _guest(request).signal(signal, **_selector(message))
+        await guest_of(request).signal(signal, **_selector(message))
 
-    return await _unary(request, call)
+    return await unary_call(request, call)
 
 
 async def send_input(request: Request) -> Response:
@@ -238,16 +217,16 @@ async def send_input(request: Request) -> Response:
             payload, pty = _b64(data["pty"], "input.pty"), True
         else:
             payload, pty = _b64(data.get("stdin", ""), "input.stdin"), False
-        await _guest(request).send_input(payload, **_selector(message), pty=pty)
+        await guest_of(request).send_input(payload, **_selector(message), pty=pty)
 
-    return await _unary(request, call)
+    return await unary_call(request, call)
 
 
 async def close_stdin(request: Request) -> Response:
     async def call(message: dict[str, Any]) -> None:
-        await _guest(request).close_stdin(**_selector(message))
+        await guest_of(request).close_stdin(**_selector(message))
 
-    return await _unary(request, call)
+    return await unary_call(request, call)
 
 
 async def update(request: Request) -> Response:
@@ -256,11 +235,11 @@ async def update(request: Request) -> Response:
         if not isinstance(pty, dict):
             return
         size = pty.get("size") or {}
-        await _guest(request).resize(
+        await guest_of(request).resize(
             int(size.get("cols", 80)), int(size.get("rows", 24)), **_selector(message)
         )
 
-    return await _unary(request, call)
+    return await unary_call(request, call)
 
 
 async def stream_input(request: Request) -> Response:
@@ -280,7 +259,7 @@ async def stream_input(request: Request) -> Response:
                         payload, pty = _b64(data["pty"], "input.pty"), True
                     else:
                         payload, pty = _b64(data.get("stdin", ""), "input.stdin"), False
-                    await _guest(request).send_input(payload, **selector, pty=pty)
+                    await guest_of(request).send_input(payload, **selector, pty=pty)
         except GuestError as exc:
             raise RpcError(exc.code, exc.message) from None
         yield {}

@@ -11,12 +11,12 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header
+from fastapi import APIRouter, Header
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandgate.access import Principal, authenticate_api_key
 from sandgate.agents import PUBLIC_EVENTS, AgentRunner, RunEvent
+from sandgate.api.auth import Caller
 from sandgate.store import AgentRun, Store
 
 __all__ = ["build_agents_router", "run_json"]
@@ -33,13 +33,6 @@ class RunRequest(BaseModel):
 
 def build_agents_router(runner: AgentRunner, store: Store) -> APIRouter:
     router = APIRouter(prefix="/v1")
-
-    def principal(
-        x_api_key: Annotated[str | None, Header(alias="X-API-Key")] = None,
-    ) -> Principal:
-        return authenticate_api_key(store, x_api_key)
-
-    Caller = Annotated[Principal, Depends(principal)]
 
     @router.get("/agents")
     def list_agents(caller: Caller) -> dict[str, Any]:

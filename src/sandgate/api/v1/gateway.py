@@ -6,10 +6,11 @@ and decides only approvals of its own sandboxes and reads only its own audit ent
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandgate.access import Principal, authenticate_api_key
+from sandgate.access import Principal
+from sandgate.api.auth import Caller
 from sandgate.approvals import ApprovalState
 from sandgate.errors import NotFound
 from sandgate.policy import Subject
@@ -33,13 +34,6 @@ class DryRun(BaseModel):
 
 def build_v1_router(gateway: Gateway, store: Store) -> APIRouter:
     router = APIRouter(prefix="/v1")
-
-    def principal(
-        x_api_key: Annotated[str | None, Header(alias="X-API-Key")] = None,
-    ) -> Principal:
-        return authenticate_api_key(store, x_api_key)
-
-    Caller = Annotated[Principal, Depends(principal)]
 
     def own_approval(caller: Principal, approval_id: str) -> None:
         approval = gateway.approvals.get(approval_id)
