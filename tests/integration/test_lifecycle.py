@@ -5,6 +5,7 @@ others are about Docker or about the control plane and run on the default server
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -251,3 +252,31 @@ def test_pause_freezes_and_connect_resumes(
         httpx.post(f"{url}/v2/sandboxes/{sandbox_id}/connect", json={}, headers=headers).status_code
         == 200
     )
+
+
+def test_lifecycle_and_commands_are_audited(sandgate_server_factory: ServerFactory) -> None:
+    server = sandgate_server_factory()
+    created = create(server.url, server.api_key, timeout=600)
+    sandbox_id, token = created["sandboxID"], created["envdAccessToken"]
+    run(server.url, sandbox_id, token, "echo audited-command")
+    assert (
+        httpx.delete(
+            f"{server.url}/sandboxes/{sandbox_id}", headers={"X-API-Key": server.api_key}
+        ).status_code
+        == 204
+    )
+    server.stop()  # waits for background audit writes
+    records = [
+        json.loads(line)
+        for line in (server.home / "audit" / "audit.jsonl").read_text().splitlines()
+    ]
+    mine = [r for r in records if r.get("sandbox") == sandbox_id]
+    events = [r["event"] for r in mine]
+    assert events.index("sandbox.created") < events.index("command.started")
+    assert events.index("command.started") < events.index("sandbox.killed")
+    commands = [r for r in mine if r["event"] == "command.started"]
+    assert len(commands) == 1
+    assert commands[0]["detail"]["command_preview"] == "/bin/bash -l -c echo audited-command"
+    assert commands[0]["detail"]["pid"] > 0
+    verify = server.cli("audit", "verify")
+    assert "records checked" in verify.stdout

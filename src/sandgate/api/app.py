@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request
@@ -62,6 +64,7 @@ class Application:
             instance_id=instance_id(home),
             guest_zipapp=build_zipapp(home / "guest" / "guest.pyz"),
             hooks=[self.gateway_hook, self.skills_hook, self.egress_hook],
+            audit=self._audit_sandbox_event,
         )
         # -- agent runner (issue 7): sessions, runs, /v1/agents and /v1/runs --------------
         self.agents = build_runner(
@@ -89,6 +92,9 @@ class Application:
             self.sandboxes,
             ports=PortProxy(),
         )
+
+    async def _audit_sandbox_event(self, record: dict[str, Any]) -> None:
+        await asyncio.to_thread(self.gateway.audit.append, record)
 
     @asynccontextmanager
     async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:

@@ -107,6 +107,7 @@ class Router:
             return
         scope["sandgate.route"] = route
         scope["sandgate.port"] = port
+        scope["sandgate.sandboxes"] = self._service
         if port == ENVD_PORT:
             if not _authorised(scope, headers, route):
                 await _json(send, 401, {"code": 401, "message": _UNAUTHORIZED})

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import secrets
 import shutil
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -51,6 +52,10 @@ _ID_LENGTH = 25
 _READY_TIMEOUT_S = 30.0
 _SERVICE_READY_TIMEOUT_S = 60.0
 _REAP_INTERVAL_S = 1.0
+#: Characters of a command line kept in its audit record (the rest is only hashed).
+_PREVIEW = 200
+
+AuditSink = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,7 @@ class SandboxService:
         instance_id: str,
         guest_zipapp: Path,
         hooks: Sequence[SandboxHook] = (),
+        audit: AuditSink | None = None,
     ) -> None:
         self._config = config
         self._limits = config.limits
@@ -104,6 +110,8 @@ class SandboxService:
         self._instance_id = instance_id
         self._guest_zipapp = guest_zipapp
         self._hooks = list(hooks)
+        self._audit = audit
+        self._pending_audit: set[asyncio.Task[None]] = set()
         self._root = config.home_dir / "sandboxes"
         self._routes: dict[str, Route] = {}
         self._admission = asyncio.Lock()
@@ -203,6 +211,9 @@ class SandboxService:
         if started is None:
             raise _not_found(row.id)
         self._routes[row.id] = Route(row.id, row.access_token, self._guest(row.id))
+        await self._record(
+            "sandbox.created", started, template=template.name, warm=warm is not None
+        )
         log.info(
             "sandbox.created",
             sandbox=row.id,
@@ -318,6 +329,7 @@ class SandboxService:
                     check_transition(row.id, SandboxState.PAUSED, SandboxState.RUNNING)
                     await self._runtime.resume(row.id)
                     self._store.update_sandbox(row.id, state=SandboxState.RUNNING.value)
+                    await self._record("sandbox.resumed", row)
                     log.info("sandbox.resumed", sandbox=row.id)
         new_end = max(row.end_at, datetime.now(UTC) + timedelta(seconds=timeout))
         updated = self._store.update_sandbox(row.id, end_at=new_end)
@@ -333,7 +345,50 @@ class SandboxService:
             self._routes.pop(row.id, None)
             await self._runtime.pause(row.id)
             self._store.update_sandbox(row.id, state=SandboxState.PAUSED.value)
+            await self._record("sandbox.paused", row)
             log.info("sandbox.paused", sandbox=row.id)
+
+    def record_command(
+        self, sandbox_id: str, *, cmd: str, args: Sequence[str], user: str | None, pid: int
+    ) -> None:
+        """Audits a started process without delaying it: the record is written (and fsynced)
+        in the background; ``stop`` waits for records still being written."""
+        if self._audit is None:
+            return
+        row = self._store.sandbox(sandbox_id)
+        if row is None:
+            return
+        text = " ".join([cmd, *args])
+        task = asyncio.create_task(
+            self._record(
+                "command.started",
+                row,
+                cmd=cmd,
+                user=user or "default",
+                pid=pid,
+                command_preview=text[:_PREVIEW],
+                command_sha256=_sha256(text),
+            )
+        )
+        self._pending_audit.add(task)
+        task.add_done_callback(self._pending_audit.discard)
+
+    async def _record(self, event: str, row: Sandbox, **detail: Any) -> None:
+        """One audit record of a sandbox event; a failure to write it is logged, not raised:
+        the lifecycle action has already happened and must not be reported as failed."""
+        if self._audit is None:
+            return
+        record = {
+            "event": event,
+            "sandbox": row.id,
+            "subject": {"team": row.team_id, "api_key": row.api_key_id},
+            "outcome": "ok",
+            "detail": detail,
+        }
+        try:
+            await self._audit(record)
+        except SandgateError as exc:
+            log.error("audit.write_failed", event=event, sandbox=row.id, error=exc.message)
 
     def _lock(self, sandbox_id: str) -> asyncio.Lock:
         return self._locks.setdefault(sandbox_id, asyncio.Lock())
@@ -417,6 +472,8 @@ class SandboxService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
         await self._drain_pool()
+        if self._pending_audit:
+            await asyncio.gather(*self._pending_audit, return_exceptions=True)
 
     async def reattach(self) -> None:
         """Adopts the runtime's sandboxes that are still wanted; removes the rest."""
@@ -488,6 +545,7 @@ class SandboxService:
             self._store.update_sandbox(
                 sandbox_id, state=SandboxState.KILLED.value, ended_at=datetime.now(UTC)
             )
+            await self._record("sandbox.killed", row, reason=reason)
         log.info("sandbox.killed", sandbox=sandbox_id, reason=reason)
 
     async def _discard(self, sandbox_id: str) -> None:
@@ -610,6 +668,10 @@ class SandboxService:
                 f"this server already runs {total} sandboxes; the limit is "
                 f"{self._limits.max_sandboxes_total} (limits.max_sandboxes_total)"
             )
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _publish_envs(host_dir: Path, envs: Mapping[str, str]) -> None:

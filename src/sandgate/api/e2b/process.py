@@ -159,17 +159,28 @@ async def start(request: Request) -> Response:
             raw_size = pty.get("size") or {}
             size = (int(raw_size.get("cols", 80)), int(raw_size.get("rows", 24)))
         stdin = message.get("stdin")
-        return await guest_of(request).spawn(
+        user = request_user(request)
+        stream = await guest_of(request).spawn(
             cmd=config["cmd"],
             args=args,
             envs=envs,
             cwd=config.get("cwd") or None,
-            user=request_user(request),
+            user=user,
             tag=message.get("tag"),
             stdin=True if stdin is None else bool(stdin),
             pty=size,
             timeout_ms=timeout_ms(request),
         )
+        sandboxes = request.scope.get("sandgate.sandboxes")
+        if sandboxes is not None:
+            sandboxes.record_command(
+                request.scope["sandgate.route"].sandbox_id,
+                cmd=config["cmd"],
+                args=args,
+                user=user,
+                pid=stream.pid,
+            )
+        return stream
 
     return await _stream_call(request, opener, bounded=False)
 
