@@ -14,11 +14,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandgate.agents import build_runner, skills_hook, with_autonomy
 from sandgate.api.e2b import build_control_router, build_envd_app
 from sandgate.api.errors import e2b_error, e2b_error_response
+from sandgate.api.mcp import MCP_PATH, McpHttp
 from sandgate.api.ports import PortProxy
 from sandgate.api.routing import Router
 from sandgate.api.v1 import build_v1_router
@@ -81,6 +83,9 @@ class Application:
         control.include_router(build_control_router(self.sandboxes, store, config.server.domain))
         control.include_router(build_v1_router(self.gateway, store))
         control.include_router(build_agents_router(self.agents, store))  # agent runner
+        # -- MCP over streamable HTTP (issue 7): /v1/mcp, same keys; sessions in _lifespan --
+        self.mcp = McpHttp(self.sandboxes, self.gateway, store, self.agents.agent)
+        control.router.routes.append(Route(MCP_PATH, self.mcp, name="mcp"))
 
         @control.get("/health")
         async def health() -> dict[str, str]:
@@ -103,7 +108,8 @@ class Application:
         await self.agents.start()
         log.info("server.ready", runtime=self.runtime.name)
         try:
-            yield
+            async with self.mcp.run():  # MCP sessions end before the services stop
+                yield
         finally:
             await self.agents.stop()
             await self.sandboxes.stop()

@@ -39,14 +39,14 @@ async def _serve(application: Application, agent: str | None) -> None:
     from mcp.server.stdio import stdio_server
 
     from sandgate.access import Principal
-    from sandgate.api.mcp import build_mcp_server
+    from sandgate.api.mcp import McpCaller, build_mcp_server
 
     await application.gateway.registry.load_mcp(application.gateway.secrets)
     team = application.store.get_or_create_team(
         "local", "team_" + secrets.token_hex(8), datetime.now(UTC)
     )
-    principal = Principal(team_id=team.id, api_key_id="mcp")
-    server = build_mcp_server(application.sandboxes, application.gateway, principal, agent)
+    caller = McpCaller(Principal(team_id=team.id, api_key_id="mcp"), agent)
+    server = build_mcp_server(application.sandboxes, application.gateway, lambda _: caller)
     created: list[str] = []
     try:
         async with stdio_server() as (read, write):

@@ -8,18 +8,26 @@ Tools offered to the MCP host (Claude Desktop, Claude Code, Cursor, …):
 * every gateway tool the policy could allow the caller, under its own name and schema, each
   call going through the gateway pipeline (validation, policy, approval, secrets, audit).
 
-Trust: the host is trusted as much as the principal it runs as (the local CLI principal for
-stdio); it gets nothing a direct API caller with that key would not.
+The same server serves stdio (``sandgate mcp``: one fixed caller, the local CLI principal)
+and streamable HTTP (``/v1/mcp`` in ``sandgate serve``: the caller of each request, from its
+API key; see ``sandgate.api.mcp.http``). Handlers ask ``caller_of(ctx)`` who is calling on
+every request, so nothing about the caller is captured when the server is built.
+
+Trust: the host is trusted as much as the principal it runs as; it gets nothing a direct API
+caller with that key would not.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
 
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from sandgate.access import Principal
 from sandgate.agents.execution import LANGUAGES, SandboxCode
@@ -30,7 +38,7 @@ from sandgate.policy import Subject
 from sandgate.sandboxes import CreateRequest, SandboxService
 from sandgate.tools import AGENT_METADATA_KEY, Gateway
 
-__all__ = ["build_mcp_server"]
+__all__ = ["CallerOf", "McpCaller", "build_mcp_server"]
 
 _OUTPUT_LIMIT = 20_000
 _SANDBOX_ID = {"sandbox_id": {"type": "string", "description": "Id from sandbox_create."}}
@@ -85,34 +93,53 @@ _SANDBOX_TOOLS = [
 ]
 
 
-def build_mcp_server(
-    sandboxes: SandboxService, gateway: Gateway, principal: Principal, agent: str | None
-) -> Server[Any]:
-    """An MCP server acting as ``principal`` (and ``agent``, if given)."""
-    subject = Subject(
-        sandbox_id=f"mcp-{principal.api_key_id}",
-        team_id=principal.team_id,
-        api_key_id=principal.api_key_id,
-        agent=agent,
-    )
-    code: dict[str, SandboxCode] = {}
+@dataclass(frozen=True)
+class McpCaller:
+    """Who an MCP request acts as: a principal, and the agent whose tools and policy apply."""
 
-    def gateway_tools() -> list[types.Tool]:
+    principal: Principal
+    agent: str | None
+
+    @property
+    def subject(self) -> Subject:
+        """The policy and audit subject of the caller's gateway calls (``mcp-<key id>``)."""
+        return Subject(
+            sandbox_id=f"mcp-{self.principal.api_key_id}",
+            team_id=self.principal.team_id,
+            api_key_id=self.principal.api_key_id,
+            agent=self.agent,
+        )
+
+
+#: Answers who made the request in ``ctx``; raises ``SandgateError`` (e.g. ``Unauthenticated``).
+CallerOf = Callable[[ServerRequestContext[Any, Any]], McpCaller]
+
+
+def build_mcp_server(
+    sandboxes: SandboxService, gateway: Gateway, caller_of: CallerOf
+) -> Server[Any]:
+    """An MCP server acting, on each request, as ``caller_of(ctx)``."""
+    code: dict[str, SandboxCode] = {}  # by sandbox id; reached only after an ownership check
+
+    def gateway_tools(caller: McpCaller) -> list[types.Tool]:
         return [
             types.Tool(name=t.name, description=t.description or t.name, input_schema=t.parameters)
-            for t in gateway.visible_tools(subject)
+            for t in gateway.visible_tools(caller.subject)
         ]
 
-    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[*_SANDBOX_TOOLS, *gateway_tools()])
+    async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[*_SANDBOX_TOOLS, *gateway_tools(caller_of(ctx))])
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         arguments = dict(params.arguments or {})
         try:
+            caller = caller_of(ctx)
             if params.name.startswith("sandbox_"):
-                result = await _sandbox_call(params.name, arguments)
+                result = await _sandbox_call(caller, params.name, arguments)
             else:
-                called = await gateway.call(subject, params.name, arguments)
+                called = await gateway.call(caller.subject, params.name, arguments)
                 if not called.ok:
                     return _error(f"{called.code}: {called.message}")
                 result = called.result
@@ -121,7 +148,8 @@ def build_mcp_server(
         text = result if isinstance(result, str) else json.dumps(result, default=str)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
-    async def _sandbox_call(name: str, arguments: dict[str, Any]) -> Any:
+    async def _sandbox_call(caller: McpCaller, name: str, arguments: dict[str, Any]) -> Any:
+        principal, agent = caller.principal, caller.agent
         if name == "sandbox_create":
             metadata = {AGENT_METADATA_KEY: agent} if agent else {}
             row = await sandboxes.create(
