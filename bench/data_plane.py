@@ -152,7 +152,7 @@ def main() -> None:
         "Data plane",
         f"""
 Measured {results["when"]} on {results["machine"]} (1-minute load average
-{results["load_average_1m"]:.1f} at the end: other work shared the machine), Docker engine
+{results["load_average_1m"]:.1f} at the end, the benchmark itself included), Docker engine
 local. Sandgate numbers go through the official Python SDK `e2b==2.63.0` over loopback HTTP
 (one sandbox, warmed up); the baseline is the raw Docker CLI against a container of the same
 image in the same run.
