@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import structlog
@@ -37,6 +35,7 @@ from sandgate.egress.request import MAX_HEAD, BadRequest, ProxyRequest, parse_re
 from sandgate.egress.resolver import ResolutionFailed, Resolver
 from sandgate.egress.rules import EgressPolicy
 from sandgate.errors import AuditUnavailable
+from sandgate.sandboxes.listener import SandboxListener
 
 __all__ = ["EgressSocket", "TunnelLimits"]
 
@@ -70,8 +69,10 @@ class _Refused(Exception):
         self.message = message
 
 
-class EgressSocket:
+class EgressSocket(SandboxListener):
     """Serves one sandbox's egress socket with that sandbox's policy."""
+
+    read_limit = MAX_HEAD
 
     def __init__(
         self,
@@ -88,29 +89,11 @@ class EgressSocket:
         self._resolver = resolver
         self._audit = audit
         self._limits = limits
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        super().__init__()
 
     @property
     def open_tunnels(self) -> int:
         return len(self._tasks)
-
-    async def start(self, path: Path) -> None:
-        """Listens on ``path``, replacing whatever is there (unlink does not follow links)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        self._server = await asyncio.start_unix_server(self._serve, path=str(path), limit=MAX_HEAD)
-        # SECURITY: 0666 so the sandbox's unprivileged users can connect; only this sandbox
-        # sees the socket (its own /run/sandgate mount), so the socket is its identity.
-        os.chmod(path, 0o666)  # noqa: S103
-
-    async def close(self) -> None:
-        """Stops listening and cuts every open tunnel; idempotent."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for task in list(self._tasks):
-            task.cancel()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

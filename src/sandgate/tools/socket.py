@@ -21,15 +21,13 @@ metrics (GW-14).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import structlog
 
 from sandgate.policy import Subject
+from sandgate.sandboxes.listener import SandboxListener
 from sandgate.tools.pipeline import Gateway
 
 __all__ = ["MAX_LINE", "GatewaySocket"]
@@ -39,28 +37,13 @@ log = structlog.get_logger("sandgate.tools")
 MAX_LINE = 4 * 1024 * 1024
 
 
-class GatewaySocket:
+class GatewaySocket(SandboxListener):
+    read_limit = MAX_LINE
+
     def __init__(self, gateway: Gateway, subject: Subject) -> None:
+        super().__init__()
         self._gateway = gateway
         self._subject = subject
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def start(self, path: Path) -> None:
-        """Listens on ``path``, replacing whatever is there (a stale socket, or anything the
-        sandbox put in its place: unlink does not follow links, and bind refuses to reuse)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        self._server = await asyncio.start_unix_server(self._serve, path=str(path), limit=MAX_LINE)
-        # SECURITY: 0666 so uid 1000 inside can connect; the socket is this sandbox's alone.
-        os.chmod(path, 0o666)  # noqa: S103
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for task in list(self._tasks):
-            task.cancel()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
