@@ -205,7 +205,31 @@ async def _unary(path: str, request: dict[str, Any]) -> dict[str, Any]:
         conn.close()
 
 
-class ProcessStream:
+class _OpenConnection:
+    """A stream that owns one guest connection: ``aclose`` (or leaving ``async with``) closes
+    it, which only unsubscribes; the work in the sandbox goes on."""
+
+    _conn: _Connection | None
+
+    async def aclose(self) -> None:
+        """Closes the connection; idempotent."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class ProcessStream(_OpenConnection):
     """The events of one process: :class:`Started` first, then :class:`Output`, then exactly
     one :class:`Ended`. Closing the stream leaves the process running."""
 
@@ -251,25 +275,8 @@ class ProcessStream:
             await self.aclose()
             raise
 
-    async def aclose(self) -> None:
-        """Unsubscribes; idempotent."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class FileReader:
+class FileReader(_OpenConnection):
     """A file being read: ``size`` (whole file), ``offset`` and ``length`` (bytes that follow)
     are known up front; iterate for the data chunks (each at most 1 MiB)."""
 
@@ -302,24 +309,8 @@ class FileReader:
     async def read_all(self) -> bytes:
         return b"".join([chunk async for chunk in self])
 
-    async def aclose(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class WatchStream:
+class WatchStream(_OpenConnection):
     """File system events under a watched directory until closed."""
 
     def __init__(self, conn: _Connection) -> None:
@@ -340,22 +331,6 @@ class WatchStream:
         except BaseException:
             await self.aclose()
             raise
-
-    async def aclose(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _selector(pid: int | None, tag: str | None) -> dict[str, Any]:
