@@ -30,10 +30,12 @@ def serve(
     configure_logging(cfg.logging.level, json_logs=cfg.logging.json_logs)
     application = create_app(cfg)
     ensure_shipped_templates(cfg, application.store, build=cfg.templates.build_on_start)
+    # `sandgate env` reads the same config; flags given here must reach it as variables.
+    flags = "".join(f"SANDGATE_SERVER__{k.upper()}={v} " for k, v in overrides.items())
     console.print(
         f"Sandgate listening on http://{cfg.server.host}:{cfg.server.port} "
-        f"(runtime {application.runtime.name}, data in {cfg.home_dir}). "
-        f'Client setup: eval "$(sandgate env)"'
+        f"(runtime {application.runtime.name}, data in {cfg.home_dir}).\n"
+        f'Client setup: eval "$({flags}uv run sandgate env)"'
     )
     uvicorn.run(
         application.asgi,
