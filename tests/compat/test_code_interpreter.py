@@ -21,9 +21,9 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def basic(client: PreparedClient, e2b_env: dict[str, str]) -> dict[str, Any]:
+def basic(client: PreparedClient, runtime_e2b_env: dict[str, str]) -> dict[str, Any]:
     """One ``code_basic`` run per client, shared by the tests that read parts of it."""
-    return client.run("code_basic", e2b_env)
+    return client.run("code_basic", runtime_e2b_env)
 
 
 def main_text(execution: dict[str, Any]) -> str | None:
@@ -127,8 +127,8 @@ def test_javascript_typescript_and_bash_kernels(
     assert main_text(ok(result["python_unaffected"])) == "42"
 
 
-def test_code_contexts(client: PreparedClient, e2b_env: dict[str, str]) -> None:
-    result = client.run("code_contexts", e2b_env)
+def test_code_contexts(client: PreparedClient, runtime_e2b_env: dict[str, str]) -> None:
+    result = client.run("code_contexts", runtime_e2b_env)
     assert_sdk_version(result, client)
 
     created = result["created"]
@@ -158,9 +158,9 @@ def test_code_contexts(client: PreparedClient, e2b_env: dict[str, str]) -> None:
 
 
 def test_timeouts_crashes_and_output_limits(
-    client: PreparedClient, e2b_env: dict[str, str]
+    client: PreparedClient, runtime_e2b_env: dict[str, str]
 ) -> None:
-    result = client.run("code_limits", e2b_env)
+    result = client.run("code_limits", runtime_e2b_env)
     assert_sdk_version(result, client)
 
     failed_with(client, result["timeout"], "Timeout")
@@ -183,8 +183,8 @@ def test_timeouts_crashes_and_output_limits(
     assert main_text(ok(result["after_flood"])) == "again", "the kernel must survive the flood"
 
 
-def test_data_analysis_example(client: PreparedClient, e2b_env: dict[str, str]) -> None:
-    result = client.run("code_data_analysis", e2b_env, [str(EXAMPLE_DIR)])
+def test_data_analysis_example(client: PreparedClient, runtime_e2b_env: dict[str, str]) -> None:
+    result = client.run("code_data_analysis", runtime_e2b_env, [str(EXAMPLE_DIR)])
     assert_sdk_version(result, client)
 
     summary = result["summary"]

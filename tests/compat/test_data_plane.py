@@ -41,8 +41,8 @@ def _no_scenario_error(result: dict[str, Any]) -> None:
 # Commands
 
 
-def test_commands(client: PreparedClient, e2b_env: dict[str, str]) -> None:
-    result = client.run("data_commands", e2b_env)
+def test_commands(client: PreparedClient, runtime_e2b_env: dict[str, str]) -> None:
+    result = client.run("data_commands", runtime_e2b_env)
     assert_sdk_version(result, client)
     _no_scenario_error(result)
 
@@ -117,8 +117,8 @@ def test_commands(client: PreparedClient, e2b_env: dict[str, str]) -> None:
 # PTY
 
 
-def test_pty(client: PreparedClient, e2b_env: dict[str, str]) -> None:
-    result = client.run("data_pty", e2b_env)
+def test_pty(client: PreparedClient, runtime_e2b_env: dict[str, str]) -> None:
+    result = client.run("data_pty", runtime_e2b_env)
     assert_sdk_version(result, client)
     _no_scenario_error(result)
 
@@ -153,8 +153,8 @@ def _written(entry: dict[str, Any], path: str) -> None:
     assert entry["type"] == "file", entry
 
 
-def test_files(client: PreparedClient, e2b_env: dict[str, str]) -> None:
-    result = client.run("data_files", e2b_env)
+def test_files(client: PreparedClient, runtime_e2b_env: dict[str, str]) -> None:
+    result = client.run("data_files", runtime_e2b_env)
     assert_sdk_version(result, client)
     _no_scenario_error(result)
 
@@ -239,13 +239,13 @@ def test_files(client: PreparedClient, e2b_env: dict[str, str]) -> None:
 # Ports and a sandbox killed during a command
 
 
-def test_ports_and_killed_sandbox(client: PreparedClient, e2b_env: dict[str, str]) -> None:
-    result = client.run("data_ports", e2b_env)
+def test_ports_and_killed_sandbox(client: PreparedClient, runtime_e2b_env: dict[str, str]) -> None:
+    result = client.run("data_ports", runtime_e2b_env)
     assert_sdk_version(result, client)
     _no_scenario_error(result)
 
     sandbox_id = result["sandbox_id"]
-    assert result["host"] == f"8000-{sandbox_id}.{e2b_env['E2B_DOMAIN']}"
+    assert result["host"] == f"8000-{sandbox_id}.{runtime_e2b_env['E2B_DOMAIN']}"
     assert result["by_host"] == {"status": 200, "body": "served from inside"}
     assert result["by_headers"] == {"status": 200, "body": "served from inside"}
     closed = result["closed_port"]
