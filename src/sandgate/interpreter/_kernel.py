@@ -13,6 +13,8 @@ from ._events import Event, event_for
 __all__ = ["Kernel", "KernelDied", "KernelStartError"]
 
 _START_TIMEOUT_S = 60.0
+#: How long to wait for a cell's shell reply once its iopub stream went idle.
+_REPLY_WAIT_S = 2.0
 _POLL_S = 1.0
 _NUDGE_TRIES = 30
 #: Deno's kernel may publish a cell's last output just after its ``idle`` status; we read
@@ -121,7 +123,19 @@ class Kernel:
 
     async def run(self, code: str, emit: Callable[[Event], None], *, silent: bool = False) -> None:
         """Executes ``code`` and passes each event of the cell to ``emit`` until the kernel
-        is idle again. Raises ``KernelDied`` if the process exits first."""
+        is idle again. Raises ``KernelDied`` if the process exits first.
+
+        A kernel that has just stopped a cell with an error (an interrupt included) aborts
+        requests that reach it in the same moment (ipykernel's ``stop_on_error``); such a cell
+        never ran, so it is sent once more.
+        """
+        if await self._run_once(code, emit, silent=silent) == "aborted":
+            await self._run_once(code, emit, silent=silent)
+
+    async def _run_once(
+        self, code: str, emit: Callable[[Event], None], *, silent: bool
+    ) -> str | None:
+        """One execute request; returns the status of its reply (None if none came)."""
         client = self._client
         if client is None:
             raise KernelDied(f"the {self.kernel_name} kernel is not running")
@@ -157,7 +171,22 @@ class Kernel:
                 event = event_for(str(msg["header"]["msg_type"]), dict(msg.get("content") or {}))
                 if event is not None:
                     emit(event)
+        status = await self._reply_status(msg_id)
         await self._drain_shell()
+        return status
+
+    async def _reply_status(self, msg_id: str) -> str | None:
+        """The status (``ok``, ``error``, ``aborted``) of the shell reply to ``msg_id``."""
+        client = self._client
+        if client is None:
+            return None
+        while True:
+            try:
+                reply = await client.get_shell_msg(timeout=_REPLY_WAIT_S)
+            except queue.Empty:
+                return None
+            if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                return str((reply.get("content") or {}).get("status", ""))
 
     async def _drain_shell(self) -> None:
         while True:

@@ -60,7 +60,7 @@ async function scenario() {
     })
     out.closed_port = await get(base, '/', { Host: sbx.getHost(CLOSED_PORT) })
     await server.disconnect()
-    out.interfaces = commandResult(await sbx.commands.run('ls /sys/class/net'))
+    out.interfaces = commandResult(await sbx.commands.run("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"))
 
     // --- the sandbox is killed while a command runs
     const running = await sbx.commands.run('sleep 120', { background: true, timeoutMs: 0 })

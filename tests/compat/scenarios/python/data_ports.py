@@ -55,7 +55,8 @@ def scenario(args: list[str]) -> dict[str, Any]:
             closed = http.get("/", headers={"Host": sbx.get_host(CLOSED_PORT)})
             out["closed_port"] = _response(closed)
         server.disconnect()
-        out["interfaces"] = command_result(sbx.commands.run("ls /sys/class/net"))
+        interfaces = "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"
+        out["interfaces"] = command_result(sbx.commands.run(interfaces))
 
         # --- the sandbox is killed while a command runs
         running = sbx.commands.run("sleep 120", background=True, timeout=0)
