@@ -20,26 +20,12 @@ import httpx
 import pytest
 
 from tests.fixtures.server import RunningServer
-from tests.framework.sandbox_http import SandboxHttp, open_sandbox, rss_bytes
+from tests.framework.sandbox_http import SandboxHttp, rss_bytes
 
 pytestmark = pytest.mark.docker
 
 #: A special file must be refused at once, never block a worker.
 PROMPT_S = 5.0
-
-
-@pytest.fixture(scope="module")
-def sbx(sandgate_server: RunningServer) -> Iterator[SandboxHttp]:
-    sandbox = open_sandbox(sandgate_server.url, sandgate_server.api_key)
-    yield sandbox
-    sandbox.kill()
-
-
-@pytest.fixture(scope="module")
-def neighbour(sandgate_server: RunningServer) -> Iterator[SandboxHttp]:
-    sandbox = open_sandbox(sandgate_server.url, sandgate_server.api_key)
-    yield sandbox
-    sandbox.kill()
 
 
 @pytest.fixture(scope="module")

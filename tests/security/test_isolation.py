@@ -10,20 +10,10 @@ from typing import Any
 
 import pytest
 
-from sandgate.runtimes.docker import GUEST_CAPABILITIES
 from tests.fixtures.server import RunningServer
 from tests.framework.envd import CommandResult, run
+from tests.framework.posture import GUEST_MASK
 
-_CAP_BITS = {
-    "CHOWN": 0,
-    "DAC_OVERRIDE": 1,
-    "FOWNER": 3,
-    "FSETID": 4,
-    "KILL": 5,
-    "SETGID": 6,
-    "SETUID": 7,
-}
-GUEST_MASK = sum(1 << _CAP_BITS[name] for name in GUEST_CAPABILITIES)
 PROBE = (Path(__file__).parent / "probe.py").read_text()
 
 #: Syscall-probe entries the Docker runtime lets through today (Docker's default seccomp

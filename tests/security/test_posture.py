@@ -12,27 +12,9 @@ import docker
 import pytest
 
 from sandgate.runtimes.docker import GUEST_CAPABILITIES
+from tests.framework.posture import GUEST_MASK, proc_status
 
 pytestmark = pytest.mark.docker
-
-_CAP_BITS = {
-    "CHOWN": 0,
-    "DAC_OVERRIDE": 1,
-    "FOWNER": 3,
-    "FSETID": 4,
-    "KILL": 5,
-    "SETGID": 6,
-    "SETUID": 7,
-}
-GUEST_MASK = sum(1 << _CAP_BITS[name] for name in GUEST_CAPABILITIES)
-
-
-def _status(pid: int) -> dict[str, str]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields[key] = value.strip()
-    return fields
 
 
 def _container(sandbox_id: str) -> Any:
@@ -55,7 +37,7 @@ def test_ESC_01_host_side_posture(sandbox: dict[str, Any]) -> None:
     host = container.attrs["HostConfig"]
     pid = int(container.attrs["State"]["Pid"])
 
-    status = _status(pid)
+    status = proc_status(pid)
     assert int(status["CapEff"], 16) == GUEST_MASK
     assert int(status["CapPrm"], 16) == GUEST_MASK
     assert int(status["CapBnd"], 16) == GUEST_MASK

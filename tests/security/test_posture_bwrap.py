@@ -12,32 +12,14 @@ import httpx
 import pytest
 
 from sandgate.runtimes.bwrap import UID_BASE, UIDS_PER_SANDBOX
-from sandgate.runtimes.docker import GUEST_CAPABILITIES
 from tests.fixtures.runtimes import RuntimeView
 from tests.fixtures.server import RunningServer
 from tests.framework.envd import create, run
+from tests.framework.posture import GUEST_MASK, proc_status
 
 pytestmark = pytest.mark.parametrize("runtime", ["bwrap"], indirect=True)
 
-_CAP_BITS = {
-    "CHOWN": 0,
-    "DAC_OVERRIDE": 1,
-    "FOWNER": 3,
-    "FSETID": 4,
-    "KILL": 5,
-    "SETGID": 6,
-    "SETUID": 7,
-}
-GUEST_MASK = sum(1 << _CAP_BITS[name] for name in GUEST_CAPABILITIES)
 MIB = 1024 * 1024
-
-
-def _status(pid: int) -> dict[str, str]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields[key] = value.strip()
-    return fields
 
 
 def _children(pid: int) -> list[int]:
@@ -53,7 +35,7 @@ def _in_uid_range(base: int) -> list[int]:
         if proc.name.isdigit():
             try:
                 uid = proc.stat().st_uid
-                state = _status(int(proc.name))["State"]
+                state = proc_status(int(proc.name))["State"]
             except (FileNotFoundError, ProcessLookupError, KeyError):
                 continue
             if base <= uid < base + UIDS_PER_SANDBOX and not state.startswith("Z"):
@@ -72,7 +54,7 @@ def test_ESC_01_bwrap_host_side_posture(
 
     # bubblewrap's PID 1: no capabilities (its bounding set is the guest's), no_new_privs,
     # filtered.
-    status = _status(init)
+    status = proc_status(init)
     for field in ("CapEff", "CapPrm", "CapAmb"):
         assert int(status[field], 16) == 0, field
     assert int(status["CapBnd"], 16) == GUEST_MASK
@@ -82,7 +64,7 @@ def test_ESC_01_bwrap_host_side_posture(
 
     # The guest (PID 2): exactly the guest's capability set, relative to its user namespace.
     (guest,) = _children(init)
-    guest_status = _status(guest)
+    guest_status = proc_status(guest)
     assert int(guest_status["CapEff"], 16) == GUEST_MASK
     assert int(guest_status["CapBnd"], 16) == GUEST_MASK
     assert guest_status["NoNewPrivs"] == "1"
@@ -118,8 +100,8 @@ def test_ESC_01_bwrap_host_side_posture(
     # bubblewrap's monitor (outside the sandbox) is in the same cgroup and runs as the same uid.
     monitor = int(state["monitor_pid"])
     assert str(monitor) in (cgroup["pids"] / "cgroup.procs").read_text().split()
-    assert _status(monitor)["Uid"].split()[0] == str(base)
-    assert int(_status(monitor)["CapEff"], 16) == 0
+    assert proc_status(monitor)["Uid"].split()[0] == str(base)
+    assert int(proc_status(monitor)["CapEff"], 16) == 0
 
     limits = Path(f"/proc/{init}/limits").read_text()
     assert re.search(r"Max open files\s+1024\s+1024", limits)

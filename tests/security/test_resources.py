@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -21,7 +20,6 @@ from tests.fixtures.server import RunningServer
 from tests.framework.sandbox_http import (
     Envelopes,
     SandboxHttp,
-    open_sandbox,
     rss_bytes,
     wait_for,
 )
@@ -33,20 +31,6 @@ MiB = 1024 * 1024
 RSS_BUDGET = 64 * MiB
 NEIGHBOUR_BUDGET_S = 2.0
 FLOOD_BYTES = 200 * MiB
-
-
-@pytest.fixture(scope="module")
-def sbx(sandgate_server: RunningServer) -> Iterator[SandboxHttp]:
-    sandbox = open_sandbox(sandgate_server.url, sandgate_server.api_key)
-    yield sandbox
-    sandbox.kill()
-
-
-@pytest.fixture(scope="module")
-def neighbour(sandgate_server: RunningServer) -> Iterator[SandboxHttp]:
-    sandbox = open_sandbox(sandgate_server.url, sandgate_server.api_key)
-    yield sandbox
-    sandbox.kill()
 
 
 def _server_pid(server: RunningServer) -> int:

@@ -9,23 +9,14 @@ from __future__ import annotations
 
 import gzip
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.fixtures.server import RunningServer
-from tests.framework.sandbox_http import SandboxHttp, open_sandbox
+from tests.framework.sandbox_http import SandboxHttp
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def sbx(sandgate_server: RunningServer) -> Iterator[SandboxHttp]:
-    sandbox = open_sandbox(sandgate_server.url, sandgate_server.api_key)
-    yield sandbox
-    sandbox.kill()
 
 
 def _rpc_error(response: httpx.Response, code: str, status: int) -> str:

@@ -1,0 +1,28 @@
+"""What the posture tests read from the host: capability masks and ``/proc/<pid>/status``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sandgate.runtimes.docker import GUEST_CAPABILITIES
+
+_CAP_BITS = {
+    "CHOWN": 0,
+    "DAC_OVERRIDE": 1,
+    "FOWNER": 3,
+    "FSETID": 4,
+    "KILL": 5,
+    "SETGID": 6,
+    "SETUID": 7,
+}
+#: The capability mask of the guest's documented set (the same on both runtimes).
+GUEST_MASK = sum(1 << _CAP_BITS[name] for name in GUEST_CAPABILITIES)
+
+
+def proc_status(pid: int) -> dict[str, str]:
+    """The fields of ``/proc/<pid>/status`` (``CapEff``, ``NoNewPrivs``, ``Seccomp``, ...)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return fields
