@@ -57,7 +57,11 @@ class Application:
         self.skills_hook = skills_hook(config)  # agent runner (issue 7)
         # Egress (issue 6): per-sandbox proxy socket; agents as the tool gateway decides them.
         self.egress_hook = EgressHook(
-            config.egress, self.gateway.audit, lambda row: self.gateway_hook.subject(row).agent
+            config.egress,
+            self.gateway.audit,
+            lambda row: self.gateway_hook.subject(row).agent,
+            secrets=self.gateway.secrets,
+            state_dir=home / "egress",
         )
         self.sandboxes = SandboxService(
             config,

@@ -8,7 +8,7 @@ from sandgate.config._agents import (
     ProviderConfig,
     SkillsConfig,
 )
-from sandgate.config._egress import EgressConfig, EgressRule
+from sandgate.config._egress import EgressConfig, EgressRule, SecretBinding
 from sandgate.config._gateway import (
     ApprovalsConfig,
     ArgCondition,
@@ -64,6 +64,7 @@ __all__ = [
     "PythonTool",
     "RateLimit",
     "RuntimeConfig",
+    "SecretBinding",
     "SecretSource",
     "ServerConfig",
     "SkillsConfig",

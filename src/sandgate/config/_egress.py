@@ -20,20 +20,54 @@ name; public addresses only) or an IP literal (that address only). ``ports`` def
 and 80; port 25 is always refused. A non-public address (private, loopback, link-local, CGNAT,
 multicast, reserved) is reached only through a rule whose ``addresses`` contains it; metadata
 endpoints are refused whatever a rule says.
+
+Secrets the sandboxed code may *use* but never read (``secrets:``)::
+
+    secrets: {GITHUB_TOKEN: {env: GITHUB_TOKEN}}          # the value, on the gateway only
+    egress:
+      allow: ["api.github.com:443"]
+      secrets:
+        - secret: GITHUB_TOKEN         # inside: $GITHUB_TOKEN holds an opaque placeholder
+          hosts: ["api.github.com"]    # the only destinations where it becomes the value
+          headers: ["Authorization"]   # the only headers where it is substituted (default)
+          templates: []                # scope: these templates / agents (empty: every sandbox)
+          agents: []
+
+The proxy terminates TLS for bound hosts (with a per-install CA the sandbox is told to trust)
+and swaps the placeholder for the value only in the listed headers of requests to a bound host
+on a listed port (443 by default); anywhere else the placeholder stays inert.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress, IPvAnyNetwork, model_validator
 
-__all__ = ["DEFAULT_PORTS", "EgressConfig", "EgressRule", "parse_rule_text"]
+__all__ = ["DEFAULT_PORTS", "EgressConfig", "EgressRule", "SecretBinding", "parse_rule_text"]
 
 DEFAULT_PORTS: tuple[int, ...] = (443, 80)
 _HOST = re.compile(r"^(\*|(\*\.)?[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?)$")
+_BOUND_HOST = re.compile(r"^(\*\.)?[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$")
+_HEADER = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+#: Headers a placeholder may never be substituted into: framing, routing and proxy control.
+_UNSUBSTITUTABLE = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "upgrade",
+        "te",
+        "trailer",
+        "cookie",
+        "proxy-authorization",
+    }
+)
 
 
 class _Section(BaseModel):
@@ -101,6 +135,49 @@ def _is_ip(text: str) -> bool:
     return True
 
 
+class SecretBinding(_Section):
+    """A secret (``secrets:``) a sandbox may use in requests to some hosts, never read."""
+
+    secret: str
+    #: The variable inside the sandbox that holds the placeholder (default: the secret's name).
+    env: str | None = None
+    #: Exact names or ``*.domain``; no IP literals, no ``*`` (a secret has a home).
+    hosts: list[str] = Field(min_length=1)
+    ports: list[int] = Field(default_factory=lambda: [443], min_length=1)
+    #: Request headers where the placeholder is replaced by the value (case-insensitive).
+    headers: list[str] = Field(default_factory=lambda: ["Authorization"], min_length=1)
+    #: Only sandboxes of these templates / acting as these agents (empty lists: every sandbox).
+    templates: list[str] = Field(default_factory=list)
+    agents: list[str] = Field(default_factory=list)
+
+    @property
+    def env_name(self) -> str:
+        return self.env or self.secret
+
+    @model_validator(mode="after")
+    def _check(self) -> SecretBinding:
+        if not _ENV_NAME.match(self.env_name):
+            raise ValueError(
+                f"'{self.env_name}' is not a usable environment variable name; set env: to one"
+            )
+        for host in self.hosts:
+            if _is_ip(host) or not _BOUND_HOST.match(host):
+                raise ValueError(
+                    f"secret '{self.secret}': host '{host}' must be a name or '*.domain' "
+                    "(a secret is only ever sent to named hosts over verified TLS)"
+                )
+        for port in self.ports:
+            if not 0 < port < 65536:
+                raise ValueError(f"port {port} is not in 1..65535")
+        for header in self.headers:
+            if not _HEADER.match(header) or header.lower() in _UNSUBSTITUTABLE:
+                raise ValueError(
+                    f"secret '{self.secret}': '{header}' cannot carry a secret; name request "
+                    "headers like Authorization or X-Api-Key"
+                )
+        return self
+
+
 class EgressConfig(_Section):
     """Allow-lists (all empty by default: no egress) and the proxy's per-sandbox limits."""
 
@@ -127,3 +204,20 @@ class EgressConfig(_Section):
     idle_timeout_s: float = Field(300.0, gt=0)
     #: A tunnel is closed after this long, busy or not.
     max_tunnel_s: float = Field(3600.0, gt=0)
+    #: Secret placeholders, substituted by the proxy for bound hosts only.
+    secrets: list[SecretBinding] = Field(default_factory=list)
+    #: Extra CA certificates (PEM) trusted when the proxy itself connects over TLS to a bound
+    #: host, on top of the system's (a corporate CA; a test fixture's CA).
+    upstream_ca_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _unique_variables(self) -> EgressConfig:
+        seen: set[str] = set()
+        for binding in self.secrets:
+            if binding.env_name in seen:
+                raise ValueError(
+                    f"egress.secrets: two bindings put a placeholder in ${binding.env_name}; "
+                    "give one of them another env:"
+                )
+            seen.add(binding.env_name)
+        return self

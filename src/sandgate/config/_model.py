@@ -140,6 +140,11 @@ class Config(_Section):
         unknown = sorted(set(self.egress.agents) - {agent.id for agent in self.agents})
         if unknown:
             raise ValueError(f"egress.agents names undeclared agents: {', '.join(unknown)}")
+        for binding in self.egress.secrets:
+            if binding.secret not in self.secrets:
+                raise ValueError(
+                    f"egress.secrets binds '{binding.secret}', which is not declared in secrets:"
+                )
         return self
 
     @property

@@ -1,8 +1,11 @@
 """The egress side of the sandbox lifecycle (``sandboxes.SandboxHook``).
 
 On attach: build the sandbox's policy from the config and its store row (template, agent,
-``allow_internet_access``, ``network``), serve its ``egress.sock``, audit the policy, and
-return the proxy variables for its processes. On detach: close the socket and every tunnel.
+``allow_internet_access``, ``network``), bind its secrets (placeholders, and for those the CA
+files ``/run/sandgate/egress-ca.pem`` and ``/run/sandgate/ca-certificates.crt``: the
+gateway's trusted roots plus the CA), serve its ``egress.sock``, audit the policy, and return
+the variables for its processes (proxy, placeholders, CA bundle). On detach: close the socket
+and every tunnel.
 
 SECURITY: the proxy variables are a convenience for clients that honour them; the boundary is
 that a sandbox has no network interface but loopback, so the socket is its only way out.
@@ -10,7 +13,10 @@ that a sandbox has no network interface but loopback, so the socket is its only 
 
 from __future__ import annotations
 
+import os
+import ssl
 from collections.abc import Callable
+from functools import cached_property
 from pathlib import Path
 from typing import Final
 
@@ -18,10 +24,15 @@ import structlog
 
 from sandgate.audit import AuditLog
 from sandgate.config import EgressConfig
+from sandgate.egress.placeholders import SandboxSecrets, bind_secrets, load_key
 from sandgate.egress.resolver import Resolver
 from sandgate.egress.rules import build_policy, validate_rules
-from sandgate.egress.tunnel import EgressSocket, TunnelLimits
+from sandgate.egress.tls import CA_ENV, EgressCA, upstream_context
+from sandgate.egress.tunnel import EgressSocket, Interception, TunnelLimits
 from sandgate.guest.protocol import EGRESS_PROXY_PORT
+from sandgate.runtimes.base import GUEST_DIR_IN_SANDBOX
+from sandgate.sandboxes.publish import publish_file
+from sandgate.secrets import SecretStore
 from sandgate.store import Sandbox
 
 __all__ = ["PROXY_ENV", "EgressHook"]
@@ -37,6 +48,9 @@ PROXY_ENV: Final = {
     "NO_PROXY": "localhost,127.0.0.1,::1",
     "no_proxy": "localhost,127.0.0.1,::1",
 }
+_CA_FILE: Final = "egress-ca.pem"
+_BUNDLE_FILE: Final = "ca-certificates.crt"
+_SYSTEM_BUNDLES: Final = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 
 
 class EgressHook:
@@ -45,10 +59,19 @@ class EgressHook:
         config: EgressConfig,
         audit: AuditLog,
         agent_of: Callable[[Sandbox], str | None],
+        *,
+        secrets: SecretStore | None = None,
+        state_dir: Path | None = None,
     ) -> None:
         """``agent_of`` names the declared agent a sandbox acts as (the tool gateway decides,
-        with its team checks), or None. Raises ``InvalidHost`` for a bad configured rule."""
+        with its team checks), or None. ``secrets`` and ``state_dir`` (where the CA and the
+        placeholder key live) are needed when ``config.secrets`` binds any. Raises
+        ``InvalidHost`` for a bad configured rule."""
         validate_rules(config)
+        if config.secrets and (secrets is None or state_dir is None):
+            raise ValueError("egress.secrets needs the secret store and a state directory")
+        self._secret_store = secrets
+        self._state_dir = state_dir
         self._config = config
         self._audit = audit
         self._agent_of = agent_of
@@ -76,11 +99,18 @@ class EgressHook:
             network=sandbox.network,
             strict=sandbox.state == "starting",
         )
+        interception = self._interception(sandbox, agent, host_dir)
         previous = self._sockets.pop(sandbox.id, None)
         if previous is not None:
             await previous.close()
         server = EgressSocket(
-            sandbox.id, sandbox.team_id, policy, self._resolver, self._audit, self._limits
+            sandbox.id,
+            sandbox.team_id,
+            policy,
+            self._resolver,
+            self._audit,
+            self._limits,
+            interception,
         )
         await server.start(host_dir / "egress.sock")
         self._sockets[sandbox.id] = server
@@ -91,11 +121,64 @@ class EgressHook:
                 "subject": {"sandbox": sandbox.id, "team": sandbox.team_id, "agent": agent},
                 "outcome": "attached",
                 "policy": dict(policy.summary),
+                "secrets": interception.secrets.names if interception else [],
             }
         )
-        return dict(PROXY_ENV)
+        env = dict(PROXY_ENV)
+        if interception is not None:
+            env.update(interception.secrets.env)
+            paths = {
+                "bundle": f"{GUEST_DIR_IN_SANDBOX}/{_BUNDLE_FILE}",
+                "ca": f"{GUEST_DIR_IN_SANDBOX}/{_CA_FILE}",
+            }
+            env.update({name: value.format(**paths) for name, value in CA_ENV.items()})
+        return env
+
+    def _interception(
+        self, sandbox: Sandbox, agent: str | None, host_dir: Path
+    ) -> Interception | None:
+        if not self._config.secrets or self._secret_store is None:
+            return None
+        bound = bind_secrets(
+            self._config.secrets,
+            self._placeholder_key,
+            sandbox.id,
+            template=sandbox.alias,
+            agent=agent,
+        )
+        if not bound:
+            return None
+        ca = self._ca
+        publish_file(host_dir, _CA_FILE, ca.pem)
+        publish_file(host_dir, _BUNDLE_FILE, _system_roots() + b"\n" + ca.pem)
+        return Interception(SandboxSecrets(bound, self._secret_store), ca, self._upstream)
+
+    @cached_property
+    def _ca(self) -> EgressCA:
+        assert self._state_dir is not None
+        return EgressCA(self._state_dir)
+
+    @cached_property
+    def _placeholder_key(self) -> bytes:
+        assert self._state_dir is not None
+        return load_key(self._state_dir / "placeholder.key")
+
+    @cached_property
+    def _upstream(self) -> ssl.SSLContext:
+        return upstream_context(self._config.upstream_ca_file)
 
     async def detach(self, sandbox_id: str) -> None:
         server = self._sockets.pop(sandbox_id, None)
         if server is not None:
             await server.close()
+
+
+def _system_roots() -> bytes:
+    """The gateway's own trusted roots, which sandboxes keep trusting next to the CA."""
+    candidates = [ssl.get_default_verify_paths().cafile, *_SYSTEM_BUNDLES]
+    for candidate in candidates:
+        if candidate and os.path.isfile(candidate):
+            with open(candidate, "rb") as file:
+                return file.read()
+    log.warning("egress.no_system_roots", tried=[c for c in candidates if c])
+    return b""

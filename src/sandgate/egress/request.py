@@ -14,7 +14,16 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
-__all__ = ["MAX_HEAD", "BadRequest", "ProxyRequest", "parse_request"]
+__all__ = [
+    "MAX_HEAD",
+    "BadRequest",
+    "Head",
+    "ProxyRequest",
+    "check_framing",
+    "parse_head",
+    "parse_request",
+    "split_authority",
+]
 
 #: Largest request head (request line and headers) accepted.
 MAX_HEAD: Final = 16 * 1024
@@ -53,7 +62,7 @@ class ProxyRequest:
         return self.method == "CONNECT"
 
 
-def _split_authority(authority: str, default_port: int | None) -> tuple[str, int]:
+def split_authority(authority: str, default_port: int | None) -> tuple[str, int]:
     if authority.startswith("["):
         end = authority.find("]")
         if end < 0:
@@ -78,8 +87,23 @@ def _split_authority(authority: str, default_port: int | None) -> tuple[str, int
     return host, port
 
 
-def parse_request(head: bytes) -> ProxyRequest:
-    """Parses a head that ends with CRLFCRLF; raises ``BadRequest``."""
+@dataclass(frozen=True)
+class Head:
+    """A request head that parsed exactly one way. ``headers`` are (lower-case name, name,
+    value) triples, in order."""
+
+    method: str
+    target: str
+    version: bytes
+    headers: list[tuple[bytes, bytes, bytes]]
+
+    def values(self, name: bytes) -> list[bytes]:
+        return [v for n, _, v in self.headers if n == name]
+
+
+def parse_head(head: bytes) -> Head:
+    """Request line and header syntax of a head that ends with CRLFCRLF; raises
+    ``BadRequest``."""
     if len(head) > MAX_HEAD:
         raise BadRequest("request head too large")
     lines = head[:-4].split(b"\r\n") if head.endswith(b"\r\n\r\n") else []
@@ -88,12 +112,11 @@ def parse_request(head: bytes) -> ProxyRequest:
     parts = lines[0].split(b" ")
     if len(parts) != 3 or not _TOKEN.match(parts[0]) or not _VERSION.match(parts[2]):
         raise BadRequest("request line must be 'METHOD target HTTP/1.x'")
-    method = parts[0].decode()
     try:
         target = parts[1].decode("ascii")
     except UnicodeDecodeError:
         raise BadRequest("request target must be ASCII") from None
-    headers: list[tuple[bytes, bytes, bytes]] = []  # (lower-case name, name, value)
+    headers: list[tuple[bytes, bytes, bytes]] = []
     for line in lines[1:]:
         if line[:1] in (b" ", b"\t"):
             raise BadRequest("obsolete line folding is not accepted")
@@ -101,23 +124,13 @@ def parse_request(head: bytes) -> ProxyRequest:
         if not sep or not _TOKEN.match(name) or b"\r" in value or b"\n" in value:
             raise BadRequest("malformed header line")
         headers.append((name.lower(), name, value.strip(b" \t")))
-    if method == "CONNECT":
-        host, port = _split_authority(target, None)
-        return ProxyRequest(method, host, port, b"")
-    return _plain(method, target, parts[2], headers)
+    return Head(parts[0].decode(), target, parts[2], headers)
 
 
-def _plain(
-    method: str, target: str, version: bytes, headers: list[tuple[bytes, bytes, bytes]]
-) -> ProxyRequest:
-    url = urlsplit(target)
-    if url.scheme.lower() != "http" or not url.netloc:
-        raise BadRequest("only CONNECT and absolute http:// requests are proxied")
-    if "@" in url.netloc:
-        raise BadRequest("userinfo in the URL is not accepted")
-    host, port = _split_authority(url.netloc, 80)
-    lengths = [v for n, _, v in headers if n == b"content-length"]
-    encodings = [v for n, _, v in headers if n == b"transfer-encoding"]
+def check_framing(head: Head) -> None:
+    """Refuses every body framing two parsers could read differently (NET-10)."""
+    lengths = head.values(b"content-length")
+    encodings = head.values(b"transfer-encoding")
     if len(lengths) > 1:
         raise BadRequest("more than one Content-Length")
     if lengths and encodings:
@@ -126,6 +139,26 @@ def _plain(
         raise BadRequest("Content-Length must be digits")
     if len(encodings) > 1 or (encodings and encodings[0].lower() != b"chunked"):
         raise BadRequest("Transfer-Encoding other than a single 'chunked'")
+
+
+def parse_request(head: bytes) -> ProxyRequest:
+    """Parses a proxy request head that ends with CRLFCRLF; raises ``BadRequest``."""
+    parsed = parse_head(head)
+    if parsed.method == "CONNECT":
+        host, port = split_authority(parsed.target, None)
+        return ProxyRequest(parsed.method, host, port, b"")
+    return _plain(parsed)
+
+
+def _plain(head: Head) -> ProxyRequest:
+    url = urlsplit(head.target)
+    if url.scheme.lower() != "http" or not url.netloc:
+        raise BadRequest("only CONNECT and absolute http:// requests are proxied")
+    if "@" in url.netloc:
+        raise BadRequest("userinfo in the URL is not accepted")
+    host, port = split_authority(url.netloc, 80)
+    check_framing(head)
+    headers, method, version = head.headers, head.method, head.version
     named = {
         token.strip().lower()
         for n, _, v in headers

@@ -6,50 +6,49 @@ The caller is the sandbox the socket belongs to (fixed when the socket is create
 a request can name another sandbox (NET-18). Enforced here, per connection: request syntax
 (``request``), the sandbox's rules (``rules``), host canonicalisation (``names``), resolution
 by the gateway (``resolver``), address ranges (``addresses``), a cap on open tunnels, idle and
-total time limits, and one audit record per decision plus one when an allowed tunnel closes
-(with byte counts). Not done here: TLS interception, SNI checks, secret substitution (see
-docs/threat-model.md, "Egress"); the absence of any other route out of the sandbox is the
-runtime's job (no network interface but loopback).
+total time limits, one audit record per decision plus one when an allowed tunnel closes
+(with byte counts), and for CONNECT tunnels the TLS server name: a ClientHello whose SNI is not
+the CONNECT host ends the tunnel (NET-08). Tunnels to a host:port one of the sandbox's secrets
+is bound to are terminated and carry one request each (``intercept``); all others are spliced
+byte for byte. The absence of any other route out of the sandbox is the runtime's job (no
+network interface but loopback).
 
 Wire: the sandbox side speaks plain HTTP/1.1 proxy requests (the guest's relay on
-``127.0.0.1:3128`` just copies bytes to this socket). Refusals are HTTP answers with
-``X-Sandgate-Error`` (``destination_denied``, ``bad_request``, ``too_many_tunnels``,
-``upstream_unavailable``, ``audit_unavailable``) and ``X-Sandgate-Reason`` (e.g.
-``host_not_allowed``, ``ip_literal``, ``resolved_to_private``, ``metadata_address``).
+``127.0.0.1:3128`` just copies bytes to this socket). Refusals are HTTP answers (``refusal``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import structlog
 
 from sandgate.audit import AuditLog
 from sandgate.egress.addresses import address_refusal
-from sandgate.egress.names import InvalidHost, IPAddress, canonical_host, format_host
+from sandgate.egress.clienthello import FirstFlight, Malformed, read_first_flight
+from sandgate.egress.intercept import Exchange, TlsServerStream, exchange
+from sandgate.egress.names import Host, InvalidHost, IPAddress, canonical_host, format_host
+from sandgate.egress.placeholders import SandboxSecrets
+from sandgate.egress.refusal import Refused
 from sandgate.egress.request import MAX_HEAD, BadRequest, ProxyRequest, parse_request
 from sandgate.egress.resolver import ResolutionFailed, Resolver
 from sandgate.egress.rules import EgressPolicy
+from sandgate.egress.tls import EgressCA
 from sandgate.errors import AuditUnavailable
 from sandgate.sandboxes.listener import SandboxListener
 
-__all__ = ["EgressSocket", "TunnelLimits"]
+__all__ = ["EgressSocket", "Interception", "TunnelLimits"]
 
 log = structlog.get_logger("sandgate.egress")
 
 _HEAD_TIMEOUT_S: Final = 30.0
 _CHUNK: Final = 64 * 1024
-_STATUS_TEXT: Final = {
-    400: "Bad Request",
-    403: "Forbidden",
-    429: "Too Many Requests",
-    502: "Bad Gateway",
-    503: "Service Unavailable",
-}
 
 
 @dataclass(frozen=True)
@@ -60,13 +59,14 @@ class TunnelLimits:
     max_tunnel_s: float = 3600.0
 
 
-class _Refused(Exception):
-    def __init__(self, status: int, error: str, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error = error
-        self.reason = reason
-        self.message = message
+@dataclass(frozen=True)
+class Interception:
+    """What a socket needs to terminate TLS for bound hosts: the sandbox's secrets, the CA
+    that mints certificates for them and the context that verifies the real hosts."""
+
+    secrets: SandboxSecrets
+    ca: EgressCA
+    upstream: ssl.SSLContext = field(repr=False)
 
 
 class EgressSocket(SandboxListener):
@@ -82,8 +82,10 @@ class EgressSocket(SandboxListener):
         resolver: Resolver,
         audit: AuditLog,
         limits: TunnelLimits,
+        interception: Interception | None = None,
     ) -> None:
         self._sandbox = sandbox_id
+        self._interception = interception
         self._team = team_id
         self._policy = policy
         self._resolver = resolver
@@ -104,9 +106,9 @@ class EgressSocket(SandboxListener):
         self._tasks.add(task)
         try:
             if over:
-                with contextlib.suppress(_Refused):
+                with contextlib.suppress(Refused):
                     self._record(None, "denied", "too_many_tunnels")
-                raise _Refused(
+                raise Refused(
                     429,
                     "too_many_tunnels",
                     "too_many_tunnels",
@@ -114,7 +116,7 @@ class EgressSocket(SandboxListener):
                     "(egress.max_tunnels_per_sandbox); close some first",
                 )
             await self._tunnel(reader, writer)
-        except _Refused as refused:
+        except Refused as refused:
             await self._refuse(writer, refused)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass
@@ -129,16 +131,34 @@ class EgressSocket(SandboxListener):
         except (asyncio.LimitOverrunError, ValueError) as exc:
             message = str(exc) if isinstance(exc, BadRequest) else "request head too large"
             self._record(None, "denied", "bad_request", detail=message)
-            raise _Refused(400, "bad_request", "bad_request", message) from None
+            raise Refused(400, "bad_request", "bad_request", message) from None
         address, upstream = await self._open(request)
         up_reader, up_writer = upstream
+        host = canonical_host(request.host)
+        started = time.monotonic()
+        closing: dict[str, Any] = {}
+        sent = received = 0
         try:
-            if request.is_connect:
-                writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-            else:
+            if not request.is_connect:
                 up_writer.write(request.upstream_head)
-            started = time.monotonic()
-            sent, received = await self._splice(reader, writer, up_reader, up_writer)
+                sent, received = await self._splice(reader, writer, up_reader, up_writer)
+            else:
+                writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                interception = self._interception
+                if interception is not None and interception.secrets.intercepts(host, request.port):
+                    sent, received = await self._intercept(
+                        reader, writer, up_reader, up_writer, request, interception, closing
+                    )
+                else:
+                    sent, received = await self._splice(
+                        reader,
+                        writer,
+                        up_reader,
+                        up_writer,
+                        first=lambda: self._first_flight(reader, request, host),
+                    )
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            closing["ended"] = str(exc) or type(exc).__name__
         finally:
             up_writer.transport.abort()
         self._record(
@@ -150,22 +170,115 @@ class EgressSocket(SandboxListener):
             bytes_down=received,
             duration_ms=int((time.monotonic() - started) * 1000),
             event="egress.close",
+            **closing,
         )
+
+    async def _first_flight(
+        self, reader: asyncio.StreamReader, request: ProxyRequest, host: Host
+    ) -> bytes:
+        """The client's first bytes, after checking a TLS server name against the CONNECT
+        host (NET-08); raises ``ConnectionError`` to end the tunnel."""
+        flight = await self._checked_flight(reader, request, host)
+        return flight.raw
+
+    async def _checked_flight(
+        self, reader: asyncio.StreamReader, request: ProxyRequest, host: Host
+    ) -> FirstFlight:
+        try:
+            flight = await asyncio.wait_for(read_first_flight(reader), _HEAD_TIMEOUT_S)
+        except Malformed as exc:
+            self._record(request, "denied", "bad_client_hello", detail=str(exc))
+            raise ConnectionError("bad ClientHello") from None
+        if flight.is_tls and isinstance(host, str):
+            try:
+                sni = canonical_host(flight.sni) if flight.sni is not None else None
+            except InvalidHost:
+                sni = None
+            if sni != host:
+                # SECURITY: the far end would route by this name, not the one we checked.
+                self._record(request, "denied", "sni_mismatch", sni=flight.sni)
+                raise ConnectionError("SNI mismatch")
+        return flight
+
+    async def _intercept(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+        request: ProxyRequest,
+        interception: Interception,
+        closing: dict[str, Any],
+    ) -> tuple[int, int]:
+        host = str(canonical_host(request.host))
+        flight = await self._checked_flight(reader, request, host)
+        if not flight.is_tls:
+            self._record(request, "denied", "tls_required")
+            raise ConnectionError("a bound host is reached over TLS only")
+        client = TlsServerStream(reader, writer, interception.ca.server_context(host))
+        try:
+            await client.handshake(flight.raw)
+        except (ssl.SSLError, TimeoutError) as exc:
+            self._record(request, "denied", "client_tls_failed", detail=str(exc)[:200])
+            raise ConnectionError("client TLS failed") from None
+        result = Exchange()
+        try:
+            try:
+                async with asyncio.timeout(self._limits.connect_timeout_s):
+                    await up_writer.start_tls(interception.upstream, server_hostname=host)
+            except (ssl.SSLError, TimeoutError) as exc:
+                self._record(request, "denied", "upstream_tls_failed", detail=str(exc)[:200])
+                raise Refused(
+                    502,
+                    "upstream_unavailable",
+                    "upstream_tls_failed",
+                    f"{host} did not present a certificate the gateway trusts: {exc}",
+                ) from None
+
+            def audit_request(done: Exchange) -> None:
+                self._record(
+                    request,
+                    "allowed",
+                    "secret_substituted" if done.secrets else "intercepted",
+                    event="egress.request",
+                    http_method=done.method,
+                    path=done.path,
+                    secrets=done.secrets,
+                )
+
+            await exchange(
+                client,
+                up_reader,
+                up_writer,
+                host=host,
+                port=request.port,
+                secrets=interception.secrets,
+                audit_request=audit_request,
+                idle_timeout_s=self._limits.idle_timeout_s,
+                result=result,
+            )
+        except Refused as refused:
+            if result.status is None:  # nothing of a response was sent yet
+                with contextlib.suppress(ConnectionError, ssl.SSLError):
+                    await client.write(refused.answer())
+            closing["refused"] = refused.reason
+        closing["status"] = result.status
+        return result.bytes_up, result.bytes_down
 
     async def _open(
         self, request: ProxyRequest
     ) -> tuple[IPAddress, tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
-        """Decides, resolves, checks and connects; raises ``_Refused``."""
+        """Decides, resolves, checks and connects; raises ``Refused``."""
         try:
             host = canonical_host(request.host)
         except InvalidHost as exc:
             self._record(request, "denied", "invalid_host", detail=str(exc))
-            raise _Refused(403, "destination_denied", "invalid_host", str(exc)) from None
+            raise Refused(403, "destination_denied", "invalid_host", str(exc)) from None
         decision = self._policy.decide(host, request.port)
         target = f"{format_host(host)}:{request.port}"
         if not decision.allowed:
             self._record(request, "denied", decision.reason, rule=decision.rule)
-            raise _Refused(
+            raise Refused(
                 403,
                 "destination_denied",
                 decision.reason,
@@ -176,14 +289,14 @@ class EgressSocket(SandboxListener):
             addresses = await self._resolver.resolve(host, request.port)
         except ResolutionFailed as exc:
             self._record(request, "denied", "resolution_failed", rule=decision.rule)
-            raise _Refused(502, "upstream_unavailable", "resolution_failed", str(exc)) from None
+            raise Refused(502, "upstream_unavailable", "resolution_failed", str(exc)) from None
         # SECURITY: every answer is checked, not just the one we dial, and the dial below
         # uses these exact addresses: no second lookup for rebinding to exploit (NET-05).
         for address in addresses:
             refusal = address_refusal(address, decision.networks)
             if refusal is not None:
                 self._record(request, "denied", refusal, rule=decision.rule, address=address)
-                raise _Refused(
+                raise Refused(
                     403,
                     "destination_denied",
                     refusal,
@@ -201,13 +314,13 @@ class EgressSocket(SandboxListener):
                 continue
             try:
                 self._record(request, "allowed", "allowed", rule=decision.rule, address=address)
-            except _Refused:
+            except Refused:
                 upstream[1].transport.abort()
                 raise
             return address, upstream
         self._record(request, "denied", "connect_failed", rule=decision.rule)
         message = f"cannot connect to {target}: {last_error}"
-        raise _Refused(502, "upstream_unavailable", "connect_failed", message)
+        raise Refused(502, "upstream_unavailable", "connect_failed", message)
 
     async def _splice(
         self,
@@ -215,11 +328,19 @@ class EgressSocket(SandboxListener):
         writer: asyncio.StreamWriter,
         up_reader: asyncio.StreamReader,
         up_writer: asyncio.StreamWriter,
+        first: Callable[[], Awaitable[bytes]] | None = None,
     ) -> tuple[int, int]:
+        """Copies both ways until the upstream is done; ``first`` supplies (and may inspect)
+        the client's first bytes before anything of theirs goes upstream."""
         counts = [0, 0]
         idle = self._limits.idle_timeout_s
 
         async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, slot: int) -> None:
+            if slot == 0 and first is not None:
+                data = await first()
+                counts[0] += len(data)
+                dst.write(data)
+                await dst.drain()
             while data := await asyncio.wait_for(src.read(_CHUNK), idle):
                 counts[slot] += len(data)
                 dst.write(data)
@@ -278,18 +399,9 @@ class EgressSocket(SandboxListener):
             log.error("egress.audit_failed", sandbox=self._sandbox, error=exc.message)
             if outcome != "closed":
                 # SECURITY: fail closed: no tunnel opens unaudited.
-                raise _Refused(503, "audit_unavailable", "audit_unavailable", exc.message) from None
+                raise Refused(503, "audit_unavailable", "audit_unavailable", exc.message) from None
 
-    async def _refuse(self, writer: asyncio.StreamWriter, refused: _Refused) -> None:
-        body = f"sandgate egress: {refused.error} ({refused.reason}): {refused.message}\n".encode()
-        head = (
-            f"HTTP/1.1 {refused.status} {_STATUS_TEXT.get(refused.status, 'Error')}\r\n"
-            f"Content-Type: text/plain; charset=utf-8\r\n"
-            f"X-Sandgate-Error: {refused.error}\r\n"
-            f"X-Sandgate-Reason: {refused.reason}\r\n"
-            f"Content-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n"
-        ).encode()
+    async def _refuse(self, writer: asyncio.StreamWriter, refused: Refused) -> None:
         with contextlib.suppress(ConnectionError):
-            writer.write(head + body)
+            writer.write(refused.answer())
             await asyncio.wait_for(writer.drain(), 5.0)

@@ -7,11 +7,15 @@ probe_egress.py direct <ip> <port>               TCP connect without the proxy
 probe_egress.py udp <ip> <port>                  one UDP datagram without the proxy
 probe_egress.py dns <name>                       getaddrinfo inside the sandbox
 probe_egress.py unix <path>                      connect to a Unix socket
+probe_egress.py tls <host:port> <sni> <cafile> <hex request>
+                                                 CONNECT, TLS with that SNI (verified
+                                                 against cafile), send the request, read
 """
 
 import json
 import os
 import socket
+import ssl
 import sys
 import urllib.error
 import urllib.request
@@ -106,6 +110,21 @@ def main(argv):
             return {"connected": True}
         except OSError as exc:
             return _errno(exc)
+    if kind == "tls":
+        sock = _connect(None)
+        sock.sendall(f"CONNECT {argv[1]} HTTP/1.1\r\nHost: {argv[1]}\r\n\r\n".encode())
+        established = b""
+        while not established.endswith(b"\r\n\r\n"):
+            established += sock.recv(1)
+        context = ssl.create_default_context(cafile=argv[3])
+        context.check_hostname = False  # the probe names the SNI; the chain is still verified
+        try:
+            tls = context.wrap_socket(sock, server_hostname=argv[2])
+        except (OSError, ssl.SSLError) as exc:
+            return {"handshake": False, **_errno(exc)}
+        names = [v for k, v in tls.getpeercert().get("subjectAltName", ()) if k == "DNS"]
+        tls.sendall(bytes.fromhex(argv[4]))
+        return {"handshake": True, "cert_names": names, **_answer(tls)}
     raise SystemExit(f"unknown probe {kind}")
 
 
