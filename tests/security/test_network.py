@@ -177,6 +177,33 @@ def test_NET_13_udp_and_ipv6_have_no_egress(egress_sandbox: EgressSandbox) -> No
     assert v6["errno"] in _UNREACHABLE | {errno.EADDRNOTAVAIL}, v6
 
 
+def test_NET_14_host_and_internal_services_are_unreachable(
+    egress_sandbox: EgressSandbox,
+) -> None:
+    server_port = str(egress_sandbox.server.port)
+    # Directly: no interface, so neither the Docker bridge, the host's ports, nor neighbours.
+    for address, port in (
+        ("172.17.0.1", "2375"),
+        ("172.17.0.1", "2376"),
+        ("172.17.0.1", "22"),
+        ("192.168.1.1", "80"),
+        ("10.0.0.2", server_port),
+    ):
+        answer = egress_sandbox.probe("direct", address, port)
+        assert answer["errno"] in _UNREACHABLE, (address, port, answer)
+    # Loopback inside is the sandbox's own: the gateway's API port is not there.
+    local = egress_sandbox.probe("direct", "127.0.0.1", server_port)
+    assert local["errno"] == errno.ECONNREFUSED, local
+    # Through the proxy: addresses are literals, names are not on the list.
+    for target, reason in (
+        ("172.17.0.1:2375", "ip_literal"),
+        (f"127.0.0.1:{server_port}", "ip_literal"),
+        ("host.docker.internal:2375", "host_not_allowed"),
+        ("localhost:22", "host_not_allowed"),
+    ):
+        _denied(egress_sandbox, f"CONNECT {target} HTTP/1.1\r\n\r\n".encode(), reason)
+
+
 def test_NET_16_tunnels_per_sandbox_are_capped(
     egress_sandbox: EgressSandbox, upstream: Upstream
 ) -> None:

@@ -277,22 +277,25 @@ def test_bound_host_with_an_unverifiable_certificate_gets_nothing(
     assert reasons[-1] == "upstream_tls_failed"
 
 
-def test_MT_08_placeholder_of_a_deleted_sandbox_is_inert(
+def test_NET_18_MT_08_another_sandboxes_placeholder_is_inert_alive_or_deleted(
     secret_server: RunningServer, tls_upstream: TlsUpstream
 ) -> None:
     first = make_sandbox(secret_server)
-    old = _placeholder(first)
-    kill(first)
     second = make_sandbox(secret_server)
+    url = f"https://bound.test:{tls_upstream.port}/headers"
     try:
-        assert _placeholder(second) != old
-        result = _curl(
-            second,
-            f'https://bound.test:{tls_upstream.port}/headers?old -H "Authorization: Bearer {old}"',
-        )
-        assert result.exit_code == 0, result.stderr
-        assert tls_upstream.seen("/headers?old")[-1]["authorization"] == f"Bearer {old}"
+        theirs = _placeholder(first)
+        assert _placeholder(second) != theirs
+        for query in ("alive", "deleted"):
+            if query == "deleted":
+                kill(first)
+            result = _curl(second, f'{url}?{query} -H "Authorization: Bearer {theirs}"')
+            assert result.exit_code == 0, result.stderr
+            assert tls_upstream.seen(f"/headers?{query}")[-1]["authorization"] == (
+                f"Bearer {theirs}"
+            )
     finally:
+        kill(first)
         kill(second)
 
 
