@@ -1,5 +1,9 @@
 """First-run work of ``serve``: build the shipped templates that are missing, with progress,
-and record every built template in the store so sandboxes can be created from it."""
+and record every built template in the store so sandboxes can be created from it.
+
+With a Docker engine the templates are images (exported for bwrap when needed); without one,
+and with a runtime that can be bwrap, they are built as root-filesystem directories
+(``NativeTemplateBuilder``), so a host without any container engine still works."""
 
 from __future__ import annotations
 
@@ -12,16 +16,21 @@ from sandgate.config import Config
 from sandgate.errors import RuntimeUnavailable, TemplateBuildError
 from sandgate.sandboxes.catalog import register
 from sandgate.store import Store
-from sandgate.templates import SHIPPED_TEMPLATES, TemplateBuilder
+from sandgate.templates import SHIPPED_TEMPLATES, NativeTemplateBuilder, TemplateBuilder
 from sandgate.templates import TemplateBuildError as BuilderError
 
 
 def ensure_shipped_templates(config: Config, store: Store, *, build: bool) -> None:
     """Registers current shipped templates; builds missing ones first when ``build``."""
+    base_url = config.runtime.docker.base_url
     try:
-        client = docker.from_env()
+        client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+        client.ping()
     except docker.errors.DockerException as exc:
-        raise RuntimeUnavailable(f"Docker engine unreachable ({exc}): start dockerd") from None
+        if config.runtime.kind == "docker":
+            raise RuntimeUnavailable(f"Docker engine unreachable ({exc}): start dockerd") from None
+        _ensure_native(config, store, build=build)
+        return
     settings = config.templates
     try:
         probe = TemplateBuilder(client, source=settings.source, mirror=settings.mirror)
@@ -49,3 +58,30 @@ def ensure_shipped_templates(config: Config, store: Store, *, build: bool) -> No
         raise TemplateBuildError(str(exc)) from None
     finally:
         client.close()
+
+
+def _ensure_native(config: Config, store: Store, *, build: bool) -> None:
+    rootfs_dir = config.runtime.bwrap.rootfs_dir or config.home_dir / "rootfs"
+    mirror = config.templates.mirror
+    try:
+        probe = NativeTemplateBuilder(rootfs_dir, mirror=mirror)
+        missing = [name for name in SHIPPED_TEMPLATES if probe.status(name) is None]
+        if missing and build:
+            err_console.print(
+                f"No container engine: building templates as root file systems in {rootfs_dir}: "
+                f"{', '.join(missing)}"
+            )
+            with _ProgressView() as view:
+                NativeTemplateBuilder(rootfs_dir, mirror=mirror, on_progress=view.update).ensure(
+                    missing
+                )
+        for name in SHIPPED_TEMPLATES:
+            built = probe.status(name)
+            if built is not None:
+                register(store, built, labels=probe.labels(built))
+            else:
+                err_console.print(
+                    f"template {name} is not built: `sandgate templates build {name}`"
+                )
+    except BuilderError as exc:
+        raise TemplateBuildError(str(exc)) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Annotated, Any, NoReturn
 
 import docker
@@ -20,14 +21,18 @@ from rich.progress import (
 )
 from rich.table import Column, Table
 
+from sandgate.cli._common import load
 from sandgate.templates import (
     DEFAULT_MIRROR,
     SHIPPED_TEMPLATES,
     BuildStep,
+    NativeTemplateBuilder,
+    ProgressCallback,
     Source,
     TemplateBuilder,
     TemplateBuildError,
     TemplateState,
+    ignore_progress,
 )
 
 __all__ = ["templates_app"]
@@ -54,10 +59,52 @@ MirrorOption = Annotated[
 ]
 
 
+class Engine(enum.StrEnum):
+    AUTO = "auto"
+    DOCKER = "docker"
+    NATIVE = "native"
+
+
+EngineOption = Annotated[
+    Engine,
+    typer.Option(
+        "--engine",
+        help="docker (images) or native (root file systems for the bwrap runtime, built "
+        "without any container engine); auto: docker when its engine answers, else native.",
+        case_sensitive=False,
+    ),
+]
+
+
+def _builder(
+    engine: Engine,
+    source: Source,
+    mirror: str,
+    on_progress: ProgressCallback = ignore_progress,
+) -> TemplateBuilder | NativeTemplateBuilder:
+    if engine is Engine.AUTO:
+        engine = Engine.DOCKER if _docker_answers() else Engine.NATIVE
+    if engine is Engine.DOCKER:
+        return TemplateBuilder(
+            _docker_client(), source=source, mirror=mirror, on_progress=on_progress
+        )
+    config = load(None)
+    rootfs_dir = config.runtime.bwrap.rootfs_dir or config.home_dir / "rootfs"
+    return NativeTemplateBuilder(rootfs_dir, mirror=mirror, on_progress=on_progress)
+
+
+def _docker_answers() -> bool:
+    try:
+        docker.from_env().ping()
+    except docker.errors.DockerException:
+        return False
+    return True
+
+
 @templates_app.command("list")
-def list_templates(source: SourceOption = Source.AUTO) -> None:
+def list_templates(source: SourceOption = Source.AUTO, engine: EngineOption = Engine.AUTO) -> None:
     """Show each shipped template: built?, image, digest, size."""
-    builder = TemplateBuilder(_docker_client(), source=source)
+    builder = _builder(engine, source, DEFAULT_MIRROR)
     table = Table("name", "built", "image", "digest", "size")
     for name in SHIPPED_TEMPLATES:
         try:
@@ -86,6 +133,7 @@ def build_templates(
     ] = False,
     source: SourceOption = Source.AUTO,
     mirror: MirrorOption = DEFAULT_MIRROR,
+    engine: EngineOption = Engine.AUTO,
 ) -> None:
     """Build a template (or --all); reuses images whose inputs have not changed."""
     if (name is None) == (not all_):
@@ -93,10 +141,8 @@ def build_templates(
         raise typer.Exit(2)
     names = list(SHIPPED_TEMPLATES) if all_ else [name or ""]
     with _ProgressView() as view:
-        builder = TemplateBuilder(
-            _docker_client(), source=source, mirror=mirror, on_progress=view.update
-        )
         try:
+            builder = _builder(engine, source, mirror, view.update)
             results = [builder.build(n, force=force) for n in names]
         except TemplateBuildError as exc:
             view.stop()

@@ -1,5 +1,6 @@
 """Sandbox backends behind one protocol."""
 
+from sandgate.runtimes._rootfs import by_name_dir
 from sandgate.runtimes.base import (
     GUEST_DIR_IN_SANDBOX,
     Runtime,
@@ -14,4 +15,5 @@ __all__ = [
     "RuntimeSandbox",
     "RuntimeState",
     "SandboxSpec",
+    "by_name_dir",
 ]

@@ -4,10 +4,12 @@
 ``sandgate/template-base:latest``: Debian bookworm with user ``user`` (1000:1000), bash,
 python3, git, curl, procps, sudo and ca-certificates, from either ``debian:bookworm-slim``
 or an offline debootstrap (``Source``). Builds are idempotent: an image whose content
-digest matches is reused.
+digest matches is reused. Without a container engine, ``NativeTemplateBuilder`` builds the
+same templates as root-filesystem directories for the bwrap runtime.
 """
 
 from ._builder import BuiltTemplate, TemplateBuilder, TemplateState
+from ._native import NativeTemplateBuilder
 from ._progress import BuildStep, ProgressCallback, ignore_progress
 from ._rootfs import DEFAULT_MIRROR
 from ._sources import Source
@@ -19,6 +21,7 @@ __all__ = [
     "SHIPPED_TEMPLATES",
     "BuildStep",
     "BuiltTemplate",
+    "NativeTemplateBuilder",
     "ProgressCallback",
     "Source",
     "TemplateBuildError",

@@ -26,7 +26,7 @@ from ._sources import REGISTRY_IMAGE, ROOTFS_IMAGE, BaseImage, BaseImageResolver
 from ._spec import SHIPPED_TEMPLATES, TemplateSpec, default_images_dir
 from .errors import TemplateBuildError
 
-__all__ = ["BuiltTemplate", "TemplateBuilder", "TemplateState"]
+__all__ = ["BuiltTemplate", "TemplateBuilder", "TemplateState", "staged_context"]
 
 TEMPLATE_LABEL = "sandgate.template"
 DIGEST_LABEL = "sandgate.template.digest"
@@ -188,37 +188,10 @@ class TemplateBuilder:
             return BaseImage(parent.image_ref, parent.image_id, offline=False)
         return self._resolver.find_local(self._packages(spec))
 
-    @contextlib.contextmanager
-    def _staged_context(self, spec: TemplateSpec, *, for_build: bool = False) -> Iterator[Path]:
-        """The build context with ``spec.vendored`` packages copied in (a temporary copy),
-        or the context itself when nothing is vendored.
-
-        ``for_build`` also adds ``_build-ca.pem``: the host's CA bundle for HTTPS downloads
-        in RUN steps (``PIP_CERT``, ``REQUESTS_CA_BUNDLE`` or ``SSL_CERT_FILE``; empty when
-        none is set), so a build behind a TLS-intercepting proxy works like the host does.
-        It is left out of the digest, which must not depend on the machine.
-        """
-        if not spec.vendored:
-            yield self._context(spec)
-            return
-        package_dir = Path(__file__).resolve().parent.parent
-        with tempfile.TemporaryDirectory(prefix="sandgate-context-") as tmp:
-            staged = Path(tmp) / "context"
-            shutil.copytree(self._context(spec), staged, symlinks=True)
-            vendor = staged / "_vendor" / "sandgate"
-            vendor.mkdir(parents=True)
-            (vendor / "__init__.py").write_text(
-                '"""Sandgate modules vendored into a template."""\n'
-            )
-            for name in spec.vendored:
-                shutil.copytree(
-                    package_dir / name,
-                    vendor / name,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-                )
-            if for_build:
-                (staged / "_build-ca.pem").write_bytes(_host_ca_bundle())
-            yield staged
+    def _staged_context(
+        self, spec: TemplateSpec, *, for_build: bool = False
+    ) -> contextlib.AbstractContextManager[Path]:
+        return staged_context(self._images_dir, spec, for_build=for_build)
 
     def _digest(self, spec: TemplateSpec, base: BaseImage) -> str:
         with self._staged_context(spec) as context:
@@ -284,6 +257,40 @@ class TemplateBuilder:
             raise TemplateBuildError(f"built {pinned} but the engine does not list it")
         self._on_progress(BuildStep.BUILD, 1.0, f"built {pinned}")
         return self._built(spec, image)
+
+
+@contextlib.contextmanager
+def staged_context(
+    images_dir: Path, spec: TemplateSpec, *, for_build: bool = False
+) -> Iterator[Path]:
+    """The build context with ``spec.vendored`` packages copied in (a temporary copy),
+    or the context itself when nothing is vendored.
+
+    ``for_build`` also adds ``_build-ca.pem``: the host's CA bundle for HTTPS downloads
+    in RUN steps (``PIP_CERT``, ``REQUESTS_CA_BUNDLE`` or ``SSL_CERT_FILE``; empty when
+    none is set), so a build behind a TLS-intercepting proxy works like the host does.
+    It is left out of the digest, which must not depend on the machine.
+    """
+    context = images_dir / spec.context
+    if not spec.vendored:
+        yield context
+        return
+    package_dir = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="sandgate-context-") as tmp:
+        staged = Path(tmp) / "context"
+        shutil.copytree(context, staged, symlinks=True)
+        vendor = staged / "_vendor" / "sandgate"
+        vendor.mkdir(parents=True)
+        (vendor / "__init__.py").write_text('"""Sandgate modules vendored into a template."""\n')
+        for name in spec.vendored:
+            shutil.copytree(
+                package_dir / name,
+                vendor / name,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+            )
+        if for_build:
+            (staged / "_build-ca.pem").write_bytes(_host_ca_bundle())
+        yield staged
 
 
 def _host_ca_bundle() -> bytes:

@@ -22,7 +22,14 @@ from ._docker import DockerImages
 from ._progress import BuildStep, ProgressCallback
 from .errors import TemplateBuildError
 
-__all__ = ["DEFAULT_MIRROR", "SUITE", "VARIANT", "bootstrap_rootfs"]
+__all__ = [
+    "DEFAULT_MIRROR",
+    "SUITE",
+    "VARIANT",
+    "bootstrap_rootfs",
+    "bootstrap_tree",
+    "remove_tree",
+]
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 SUITE = "bookworm"
@@ -50,6 +57,25 @@ def bootstrap_rootfs(
     Raises ``TemplateBuildError`` when debootstrap is missing, we are not root, the
     mirror is unreachable, or debootstrap/tar/import fail.
     """
+    target = Path(tempfile.mkdtemp(prefix="sandgate-rootfs-", dir=workdir))
+    try:
+        bootstrap_tree(target, packages=packages, mirror=mirror, on_progress=on_progress)
+        changes = [
+            *(f"LABEL {key}={value}" for key, value in labels.items()),
+            "ENV LANG=C.UTF-8",
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            'CMD ["/bin/bash"]',
+        ]
+        return _import(images, target, ref, changes, on_progress)
+    finally:
+        remove_tree(target)
+
+
+def bootstrap_tree(
+    target: Path, *, packages: list[str], mirror: str, on_progress: ProgressCallback
+) -> None:
+    """debootstraps into the empty directory ``target`` and strips it. Raises
+    ``TemplateBuildError`` (debootstrap missing, not root, mirror unreachable, failure)."""
     debootstrap = shutil.which("debootstrap")
     if debootstrap is None:
         raise TemplateBuildError(
@@ -60,19 +86,8 @@ def bootstrap_rootfs(
             "debootstrap must run as root: run the build as root (or use --source registry)"
         )
     _check_mirror(mirror)
-    target = Path(tempfile.mkdtemp(prefix="sandgate-rootfs-", dir=workdir))
-    try:
-        _run_debootstrap(debootstrap, target, packages, mirror, on_progress)
-        _strip(target)
-        changes = [
-            *(f"LABEL {key}={value}" for key, value in labels.items()),
-            "ENV LANG=C.UTF-8",
-            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            'CMD ["/bin/bash"]',
-        ]
-        return _import(images, target, ref, changes, on_progress)
-    finally:
-        _remove_tree(target)
+    _run_debootstrap(debootstrap, target, packages, mirror, on_progress)
+    _strip(target)
 
 
 def _check_mirror(mirror: str) -> None:
@@ -171,11 +186,14 @@ def _strip(root: Path) -> None:
                 shutil.rmtree(path)
             else:
                 path.unlink()
-    for name in ("etc/resolv.conf", "etc/hostname"):
+    for name in ("etc/resolv.conf", "etc/hostname", "etc/hosts"):
+        # Empty files: runtimes mount their own over them, and a read-only root cannot
+        # grow a mount point later.
         path = root / name
         if path.is_symlink() or path.exists():
             path.unlink()
-            path.write_text("")
+        path.write_text("")
+    root.chmod(0o755)
 
 
 def _import(
@@ -227,7 +245,7 @@ def _tree_bytes(root: Path) -> int:
     return max(total, 1)
 
 
-def _remove_tree(root: Path) -> None:
+def remove_tree(root: Path) -> None:
     # Never recurse into a mounted /proc, /sys or /dev that an interrupted debootstrap
     # may have left behind: unmount first, and keep the directory if that fails.
     mounts = _mounts_under(root)
