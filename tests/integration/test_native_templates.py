@@ -97,3 +97,25 @@ def test_native_metadata_carries_env_workdir_and_labels(native_rootfs: Path) -> 
     tree = meta_path.with_suffix("")
     assert (tree / "home" / "user").stat().st_uid == 1000
     assert (tree / "etc" / "sudoers.d" / "user").is_file()
+
+
+def test_doctor_without_an_engine_is_not_a_failure(native_rootfs: Path, tmp_path: Path) -> None:
+    result = subprocess.run(
+        ["sandgate", "doctor"],
+        env={
+            **os.environ,
+            **_NO_DOCKER,
+            "SANDGATE_HOME": str(tmp_path),
+            "SANDGATE_RUNTIME__BWRAP__ROOTFS_DIR": str(native_rootfs),
+            "COLUMNS": "250",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {line.split("│")[1].strip(): line for line in result.stdout.splitlines() if "│" in line}
+    assert "warn" in rows["docker engine"]
+    assert "ok" in rows["template base"] and "(no engine)" in rows["template base"]
+    assert "bwrap: runtime.kind is auto, Docker is absent" in rows["runtime"]

@@ -13,7 +13,12 @@ from rich.table import Table
 
 from sandgate.cli._common import ConfigOption, console, friendly_errors, load
 from sandgate.runtimes.select import choose
-from sandgate.templates import SHIPPED_TEMPLATES, TemplateBuilder, TemplateBuildError
+from sandgate.templates import (
+    SHIPPED_TEMPLATES,
+    NativeTemplateBuilder,
+    TemplateBuilder,
+    TemplateBuildError,
+)
 
 #: Upstream releases that fixed the escapes we know of (CVE-2024-21626 "Leaky Vessels" for
 #: runc; Moby 25 added io_uring to the default seccomp deny list).
@@ -60,16 +65,26 @@ def run_checks(config_path: Any = None) -> list[Check]:
         info: dict[str, Any] = client.info()
         version: dict[str, Any] = client.version()
     except docker.errors.DockerException as exc:
+        engineless = cfg.runtime.kind != "docker"
         checks.append(
             Check(
                 "docker engine",
-                "fail",
-                f"unreachable ({type(exc).__name__})",
-                "apt-get install docker.io && (systemctl start docker || dockerd &)",
+                "warn" if engineless else "fail",
+                f"unreachable ({type(exc).__name__})"
+                + (
+                    "; bwrap runs sandboxes, templates are built without an engine"
+                    if engineless
+                    else ""
+                ),
+                "optional: apt-get install docker.io && (systemctl start docker || dockerd &)"
+                if engineless
+                else "apt-get install docker.io && (systemctl start docker || dockerd &)",
             )
         )
         client = None
         info, version = {}, {}
+        if engineless:
+            checks.extend(_native_template_checks(cfg))
     if client is not None:
         checks.append(Check("docker engine", "ok", f"Docker {version.get('Version')}"))
         checks.append(
@@ -139,6 +154,30 @@ def run_checks(config_path: Any = None) -> list[Check]:
         )
     )
     checks.extend(runtime_checks(cfg))
+    return checks
+
+
+def _native_template_checks(cfg: Any) -> list[Check]:
+    rootfs_dir = cfg.runtime.bwrap.rootfs_dir or cfg.home_dir / "rootfs"
+    builder = NativeTemplateBuilder(rootfs_dir, mirror=cfg.templates.mirror)
+    checks = []
+    for name in SHIPPED_TEMPLATES:
+        try:
+            built = builder.status(name)
+        except TemplateBuildError as exc:
+            checks.append(Check(f"template {name}", "fail", str(exc), "see the message"))
+            continue
+        checks.append(
+            Check(
+                f"template {name}",
+                "ok" if built else "warn",
+                f"{built.image_ref} (no engine)" if built else "not built",
+                ""
+                if built
+                else f"serve builds it on first run, or: sandgate templates build {name} "
+                "--engine native",
+            )
+        )
     return checks
 
 
