@@ -262,6 +262,33 @@ def test_NET_08_terminated_tunnels_check_sni_and_host(
     assert [c.get("refused") for c in closes][-1] == "host_mismatch"
 
 
+def test_NET_10_terminated_tunnels_parse_strictly_and_never_hang(
+    box: EgressSandbox, tls_upstream: TlsUpstream, secret_server: RunningServer
+) -> None:
+    target = f"bound.test:{tls_upstream.port}"
+    ca = "/run/sandgate/egress-ca.pem"
+    before = len(tls_upstream.requests)
+    smuggled = (
+        f"POST /upload HTTP/1.1\r\nHost: {target}\r\nContent-Length: 5\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n"
+    )
+    answer = box.probe("tls", target, "bound.test", ca, smuggled.encode().hex())
+    assert (answer["status"], answer["headers"]["x-sandgate-error"]) == (400, "bad_request")
+    broken_chunks = (
+        f"POST /upload HTTP/1.1\r\nHost: {target}\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "zz\r\nnot a chunk\r\n"
+    )
+    answer = box.probe("tls", target, "bound.test", ca, broken_chunks.encode().hex())
+    assert answer["status"] == 400, answer  # answered at once, not after the idle timeout
+    assert all(r["path"] != "/smuggled" for r in tls_upstream.requests[before:])
+    # A well-formed chunked upload goes through, re-framed.
+    chunked = box.shell(
+        f"head -c 70000 /dev/zero | curl -sS -m 20 -H 'Transfer-Encoding: chunked' "
+        f"--data-binary @- https://{target}/upload"
+    )
+    assert chunked.stdout == "received 70000 bytes", chunked.stdout + chunked.stderr
+
+
 def test_bound_host_with_an_unverifiable_certificate_gets_nothing(
     box: EgressSandbox, tls_upstream: TlsUpstream, secret_server: RunningServer
 ) -> None:

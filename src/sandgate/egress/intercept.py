@@ -21,7 +21,6 @@ refused, since a secret must never ride in a frame the proxy cannot read.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -166,12 +165,22 @@ async def exchange(
     upward = asyncio.ensure_future(
         _upward(client, inbound, outbound, up_writer, idle_timeout_s, result)
     )
+    downward = asyncio.ensure_future(
+        _downward(client, inbound, outbound, up_reader, scrubber, idle_timeout_s, result)
+    )
     try:
-        await _downward(client, inbound, outbound, up_reader, scrubber, idle_timeout_s, result)
+        done, _ = await asyncio.wait({upward, downward}, return_when=asyncio.FIRST_COMPLETED)
+        failure = upward.exception() if upward in done else None
+        if failure is not None and downward not in done:
+            # The request body broke off or was malformed: the upstream would wait forever.
+            if isinstance(failure, h11.ProtocolError):
+                raise Refused(400, "bad_request", "bad_request", str(failure)) from None
+            raise failure
+        await downward
     finally:
-        upward.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await upward
+        for task in (upward, downward):
+            task.cancel()
+        await asyncio.gather(upward, downward, return_exceptions=True)
 
 
 async def _read_head(client: TlsServerStream, idle_timeout_s: float) -> bytes:

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import h11
 import structlog
 
 from sandgate.audit import AuditLog
@@ -157,8 +158,8 @@ class EgressSocket(SandboxListener):
                         up_writer,
                         first=lambda: self._first_flight(reader, request, host),
                     )
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
-            closing["ended"] = str(exc) or type(exc).__name__
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError) as exc:
+            closing["ended"] = str(exc)[:200] or type(exc).__name__
         finally:
             up_writer.transport.abort()
         self._record(
@@ -257,6 +258,8 @@ class EgressSocket(SandboxListener):
                 idle_timeout_s=self._limits.idle_timeout_s,
                 result=result,
             )
+        except h11.ProtocolError as exc:
+            closing["ended"] = str(exc)[:200]
         except Refused as refused:
             if result.status is None:  # nothing of a response was sent yet
                 with contextlib.suppress(ConnectionError, ssl.SSLError):
