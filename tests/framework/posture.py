@@ -18,6 +18,12 @@ _CAP_BITS = {
 #: The capability mask of the guest's documented set (the same on both runtimes).
 GUEST_MASK = sum(1 << _CAP_BITS[name] for name in GUEST_CAPABILITIES)
 
+_MIB = 1024 * 1024
+#: The cgroup memory limit of a sandbox on default limits (docs/operations.md): 512 MiB for
+#: processes, plus the in-memory file systems at full size (home 1024, /tmp 64, /dev/shm 64,
+#: /root 16 MiB) and 1 KiB for each of their inodes (64 per MiB of home and /tmp).
+DEFAULT_MEMORY_LIMIT = (512 + 1024 + 64 + 64 + 16) * _MIB + (1024 + 64) * 64 * 1024
+
 
 def proc_status(pid: int) -> dict[str, str]:
     """The fields of ``/proc/<pid>/status`` (``CapEff``, ``NoNewPrivs``, ``Seccomp``, ...)."""

@@ -12,7 +12,7 @@ import docker
 import pytest
 
 from sandgate.runtimes.docker import GUEST_CAPABILITIES
-from tests.framework.posture import GUEST_MASK, proc_status
+from tests.framework.posture import DEFAULT_MEMORY_LIMIT, GUEST_MASK, proc_status
 
 pytestmark = pytest.mark.docker
 
@@ -62,7 +62,8 @@ def test_ESC_01_host_side_posture(sandbox: dict[str, Any]) -> None:
     assert host["IpcMode"] == "private"
     assert not host.get("Devices")
     assert host["PidsLimit"] == 256
-    assert host["Memory"] == host["MemorySwap"] == 512 * 1024 * 1024
+    assert host["Memory"] == host["MemorySwap"] == DEFAULT_MEMORY_LIMIT
+    assert host["OomScoreAdj"] == 500
     mounts = container.attrs["Mounts"]
     binds = [m for m in mounts if m["Type"] == "bind"]
     assert [m["Destination"] for m in binds] == ["/run/sandgate"]
@@ -74,7 +75,8 @@ def test_ESC_01_host_side_posture(sandbox: dict[str, Any]) -> None:
         if Path("/sys/fs/cgroup/memory").exists()
         else _cgroup_file(pid, "memory", "memory.max")
     )
-    assert int(memory) == 512 * 1024 * 1024
+    assert int(memory) == DEFAULT_MEMORY_LIMIT
+    assert Path(f"/proc/{pid}/oom_score_adj").read_text().strip() == "500"
     limits = Path(f"/proc/{pid}/limits").read_text()
     assert re.search(r"Max open files\s+1024\s+1024", limits)
     assert re.search(r"Max core file size\s+0\s+0", limits)

@@ -42,6 +42,8 @@ SUBSCRIBER_STALL_S = 10.0
 #: After a PTY process exits, how long to keep reading output still held by the terminal.
 PTY_EXIT_GRACE_S = 1.0
 _MAX_RETAINED = 1024
+#: ``oom_score_adj`` of every process the guest starts (the guest itself runs at 500).
+PROCESS_OOM_SCORE_ADJ = b"1000"
 _DRAIN_LIMIT = 4 * 1024 * 1024
 
 _SIGNAL_NAMES = {
@@ -544,6 +546,12 @@ def _exec_child(
             os.dup2(fd, target)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
+        # Out of memory, the kernel must pick the caller's processes before the guest (which
+        # runs below this): raising one's own score needs no privilege.
+        with contextlib.suppress(OSError):
+            oom = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+            os.write(oom, PROCESS_OOM_SCORE_ADJ)
+            os.close(oom)
         # SECURITY: groups, then gid, then uid: after setuid the child cannot undo any of it.
         os.setgroups(list(user.groups))
         os.setgid(user.gid)

@@ -14,6 +14,18 @@ from pathlib import Path
 from typing import Protocol
 
 GUEST_DIR_IN_SANDBOX = "/run/sandgate"
+_MIB = 1024 * 1024
+#: Sizes of the small in-memory file systems every sandbox has (``/dev/shm``, ``/root``).
+SHM_MB = 64
+ROOT_HOME_MB = 16
+#: Inodes per MiB of an in-memory file system: one per 16 KiB, ext4's default ratio.
+INODES_PER_MB = 64
+#: Kernel memory budgeted per tmpfs inode (inode and dentry), charged to the sandbox.
+_INODE_BYTES = 1024
+#: ``oom_score_adj`` of a sandbox's guest daemon; everything it starts gets ``PROCESS_OOM``.
+#: Both are above the host's processes (0), and a sandbox that runs out of memory loses the
+#: biggest of its own processes, not the guest that serves it.
+GUEST_OOM_SCORE_ADJ = 500
 
 
 class RuntimeState(Enum):
@@ -84,3 +96,22 @@ class Runtime(Protocol):
     async def pid(self, sandbox_id: str) -> int | None:
         """The host PID of the sandbox's init process, for posture checks and metrics."""
         ...
+
+
+def inode_limit(size_mb: int) -> int:
+    """``nr_inodes`` for an in-memory file system of ``size_mb`` MiB."""
+    return max(size_mb * INODES_PER_MB, 4096)
+
+
+def memory_limit_bytes(spec: SandboxSpec) -> int:
+    """The sandbox's cgroup memory limit (swap included, i.e. none): what its processes may
+    use (``memory_mb``) plus its in-memory file systems at their full size, inodes included.
+
+    Why: a sandbox's files live in RAM (tmpfs) and are charged to its cgroup. Counted inside
+    ``memory_mb``, a download bigger than the memory limit would make the kernel OOM-kill
+    processes until the guest itself goes, leaving a sandbox nobody can reach. With the file
+    systems budgeted on top, a full disk answers ENOSPC and the processes keep ``memory_mb``.
+    """
+    filesystems_mb = spec.disk_size_mb + spec.tmp_size_mb + SHM_MB + ROOT_HOME_MB
+    inodes = inode_limit(spec.disk_size_mb) + inode_limit(spec.tmp_size_mb)
+    return (spec.memory_mb + filesystems_mb) * _MIB + inodes * _INODE_BYTES

@@ -11,7 +11,8 @@ enforces (security.md §3.1), as defaults that a config cannot weaken:
   (signal processes of other users). Processes of the default user run with no capabilities;
 * ``no-new-privileges``, Docker's default seccomp profile, never privileged, no devices;
 * read-only root file system; ``/tmp`` and the user's home are bounded tmpfs mounts;
-* pids, memory (= memory+swap), CPU, nofile and core limits; a bounded ``local`` log driver;
+* pids, memory (= memory+swap; processes plus the in-memory file systems, see
+  ``memory_limit_bytes``), CPU, nofile and core limits; a bounded ``local`` log driver;
 * ``--init`` reaps zombies; ``--ipc=private``, ``--cgroupns=private``;
 * the only host mount is the sandbox's own directory (guest socket, guest code, its config).
 
@@ -35,9 +36,14 @@ from docker.types import LogConfig, Mount, Ulimit
 from sandgate.errors import RuntimeUnavailable
 from sandgate.runtimes.base import (
     GUEST_DIR_IN_SANDBOX,
+    GUEST_OOM_SCORE_ADJ,
+    ROOT_HOME_MB,
+    SHM_MB,
     RuntimeSandbox,
     RuntimeState,
     SandboxSpec,
+    inode_limit,
+    memory_limit_bytes,
 )
 
 __all__ = ["GUEST_CAPABILITIES", "DockerRuntime"]
@@ -163,12 +169,16 @@ class DockerRuntime:
             "privileged": False,
             "read_only": True,
             "tmpfs": {
-                "/tmp": f"{tmpfs_opts},noexec,size={spec.tmp_size_mb}m",
+                "/tmp": (
+                    f"{tmpfs_opts},noexec,size={spec.tmp_size_mb}m,"
+                    f"nr_inodes={inode_limit(spec.tmp_size_mb)}"
+                ),
                 spec.home_dir: (
                     f"{tmpfs_opts},size={spec.disk_size_mb}m,mode=0755,"
+                    f"nr_inodes={inode_limit(spec.disk_size_mb)},"
                     f"uid={spec.home_uid},gid={spec.home_uid}"
                 ),
-                "/root": f"{tmpfs_opts},size=16m,mode=0700",
+                "/root": f"{tmpfs_opts},size={ROOT_HOME_MB}m,mode=0700",
                 "/run/user": f"{tmpfs_opts},size=1m,mode=0755",
             },
             "mounts": [
@@ -178,10 +188,10 @@ class DockerRuntime:
             "ipc_mode": "private",
             "cgroupns": "private",
             "pids_limit": spec.pids_limit,
-            "mem_limit": f"{spec.memory_mb}m",
-            "memswap_limit": f"{spec.memory_mb}m",
+            "mem_limit": memory_limit_bytes(spec),
+            "memswap_limit": memory_limit_bytes(spec),
             "nano_cpus": spec.cpu_count * 1_000_000_000,
-            "shm_size": "64m",
+            "shm_size": f"{SHM_MB}m",
             "ulimits": [
                 Ulimit(name="nofile", soft=spec.nofile, hard=spec.nofile),
                 Ulimit(name="core", soft=0, hard=0),
@@ -189,7 +199,7 @@ class DockerRuntime:
             "log_config": LogConfig(
                 type="local", config={"max-size": "1m", "max-file": "1", "compress": "false"}
             ),
-            "oom_score_adj": 1000,
+            "oom_score_adj": GUEST_OOM_SCORE_ADJ,
             "restart_policy": {"Name": "no"},
             "stop_signal": "SIGKILL",
             "runtime": self._oci_runtime,

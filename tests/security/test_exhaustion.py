@@ -1,0 +1,316 @@
+"""security.md §2.3 (RES): exhausting resources from inside a sandbox, on every runtime.
+
+A server per runtime with small limits (``LIMITS``) so each attack hits its wall in seconds.
+Every test checks the attack stops at the sandbox's own limit with a clear error, and that a
+neighbour sandbox (and the gateway) keeps working while it happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fixtures.runtimes import RuntimeView
+from tests.fixtures.server import RunningServer
+from tests.framework.envd import CommandResult, create, run
+from tests.framework.sandbox_http import wait_for
+
+LIMITS = {
+    "pids_limit": 64,
+    "nofile": 256,
+    "disk_size_mb": 192,
+    "tmp_size_mb": 16,
+    "default_memory_mb": 128,
+}
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def small_server(runtime_server_factory: Callable[..., RunningServer]) -> RunningServer:
+    return runtime_server_factory(config={"limits": LIMITS})
+
+
+class Box:
+    def __init__(self, server: RunningServer, **body: Any) -> None:
+        self.server = server
+        self.sandbox = create(server.url, server.api_key, **body)
+        self.id = str(self.sandbox["sandboxID"])
+
+    def run(self, command: str, **kwargs: Any) -> CommandResult:
+        return run(self.server.url, self.id, self.sandbox["envdAccessToken"], command, **kwargs)
+
+    def python(self, code: str, **kwargs: Any) -> dict[str, Any]:
+        """Runs ``code`` (which prints one JSON object last) with python3 in the sandbox."""
+        quoted = code.replace("'", "'\\''")
+        result = self.run(f"python3 -c '{quoted}'", **kwargs)
+        assert result.exit_code == 0, result.stderr
+        value: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+        return value
+
+    def kill(self) -> None:
+        httpx.delete(
+            f"{self.server.url}/sandboxes/{self.id}",
+            headers={"X-API-Key": self.server.api_key},
+            timeout=60,
+        )
+
+
+@pytest.fixture
+def box(small_server: RunningServer) -> Iterator[Box]:
+    sandbox = Box(small_server, timeout=300)
+    yield sandbox
+    sandbox.kill()
+
+
+@pytest.fixture
+def neighbour(small_server: RunningServer) -> Iterator[Box]:
+    sandbox = Box(small_server, timeout=300)
+    yield sandbox
+    sandbox.kill()
+
+
+def _neighbour_ok(neighbour: Box) -> None:
+    result = neighbour.run("echo ok > /home/user/n && cat /home/user/n")
+    assert (result.exit_code, result.stdout) == (0, "ok\n"), result
+
+
+FORK_BOMB = """
+import errno, json, os
+r, w = os.pipe()
+children, error = [], None
+try:
+    while len(children) < 10000:
+        pid = os.fork()
+        if pid == 0:
+            os.close(w)
+            os.read(r, 1)
+            os._exit(0)
+        children.append(pid)
+except OSError as exc:
+    error = errno.errorcode.get(exc.errno, str(exc.errno))
+os.close(w)
+for pid in children:
+    os.waitpid(pid, 0)
+print(json.dumps({"forked": len(children), "error": error}))
+"""
+
+
+def test_RES_01_fork_bomb_stops_at_the_pids_limit(box: Box, neighbour: Box) -> None:
+    result = box.python(FORK_BOMB)
+    assert result["error"] == "EAGAIN", result
+    assert result["forked"] < LIMITS["pids_limit"]
+    _neighbour_ok(neighbour)
+    # The classic shell bomb, left running: the sandbox stays bounded and killable.
+    bomb = box.run("(timeout 3 bash -c ':(){ :|:& };:' &) ; sleep 4; echo survived")
+    assert bomb.exit_code == 0 or "fork" in bomb.stderr.lower(), bomb
+    _neighbour_ok(neighbour)
+
+
+THREAD_BOMB = """
+import json, threading
+stop = threading.Event()
+threads, error = [], None
+try:
+    while len(threads) < 10000:
+        t = threading.Thread(target=stop.wait)
+        t.start()
+        threads.append(t)
+except RuntimeError as exc:
+    error = str(exc)
+stop.set()
+for t in threads:
+    t.join()
+print(json.dumps({"threads": len(threads), "error": error}))
+"""
+
+
+def test_RES_02_thread_bomb_meets_the_same_pids_limit(box: Box, neighbour: Box) -> None:
+    result = box.python(THREAD_BOMB)
+    assert result["error"] == "can't start new thread", result
+    assert result["threads"] < LIMITS["pids_limit"]
+    _neighbour_ok(neighbour)
+
+
+def _fill(box: Box, path: str) -> tuple[str, int]:
+    result = box.run(f"dd if=/dev/zero of={path} bs=1M count=4096 2>&1; stat -c %s {path}")
+    return result.stdout, int(result.stdout.split()[-1])
+
+
+def test_RES_04_dev_shm_is_bounded(box: Box) -> None:
+    output, size = _fill(box, "/dev/shm/x")
+    assert "No space left on device" in output
+    assert size <= 64 * MiB
+
+
+def test_RES_05_disk_fill_stops_at_the_sandbox_quota(box: Box, neighbour: Box) -> None:
+    output, size = _fill(box, "/home/user/big")
+    assert "No space left on device" in output or "File too large" in output, output
+    assert size <= LIMITS["disk_size_mb"] * MiB
+    output, size = _fill(box, "/tmp/big")
+    assert "No space left on device" in output, output
+    assert size <= LIMITS["tmp_size_mb"] * MiB
+    assert box.run("echo alive").stdout == "alive\n"  # a full disk is not a dead sandbox
+    _neighbour_ok(neighbour)
+
+
+def test_RES_05_files_larger_than_the_memory_limit_leave_processes_their_memory(
+    box: Box,
+) -> None:
+    # Files live in RAM (tmpfs) but are budgeted on top of memory_mb (memory_limit_bytes).
+    written = box.run("head -c 150M /dev/zero > /home/user/data && stat -c %s /home/user/data")
+    assert written.stdout.strip() == str(150 * MiB), written
+    used = box.run("python3 -c 'x = bytearray(96 * 2**20); print(len(x) >> 20)'")
+    assert (used.exit_code, used.stdout) == (0, "96\n"), used
+
+
+def test_RES_memory_bomb_kills_the_process_not_the_guest(box: Box, neighbour: Box) -> None:
+    bomb = box.run("python3 -c 'x = [bytearray(2**20) for _ in range(4096)]'")
+    assert bomb.exit_code != 0, bomb
+    assert box.run("echo alive").stdout == "alive\n"
+    _neighbour_ok(neighbour)
+
+
+INODES = """
+import errno, json, os
+os.makedirs("/home/user/inodes", exist_ok=True)
+count, error = 0, None
+try:
+    while count < 300000:
+        os.close(os.open(f"/home/user/inodes/{count}", os.O_CREAT | os.O_WRONLY, 0o600))
+        count += 1
+except OSError as exc:
+    error = errno.errorcode.get(exc.errno, str(exc.errno))
+print(json.dumps({"created": count, "error": error}))
+"""
+
+
+def test_RES_07_inode_exhaustion_is_bounded_by_the_sandbox(
+    box: Box, neighbour: Box, small_server: RunningServer
+) -> None:
+    before = os.statvfs(small_server.home)
+    result = box.python(INODES)
+    after = os.statvfs(small_server.home)
+    # The workspace is the sandbox's own tmpfs: its inodes are not the host disk's.
+    assert before.f_ffree - after.f_ffree < 1000, (before.f_ffree, after.f_ffree)
+    assert result["error"] in (None, "ENOSPC", "ENOMEM", "EDQUOT"), result
+    _neighbour_ok(neighbour)
+
+
+FDS = """
+import errno, json, os
+fds, error = [], None
+try:
+    while len(fds) < 100000:
+        fds.append(os.open("/dev/null", os.O_RDONLY))
+except OSError as exc:
+    error = errno.errorcode.get(exc.errno, str(exc.errno))
+print(json.dumps({"opened": len(fds), "error": error}))
+"""
+
+
+def _open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_RES_08_fd_exhaustion_stops_at_nofile(box: Box, small_server: RunningServer) -> None:
+    assert small_server.process is not None
+    gateway_before = _open_fds(small_server.process.pid)
+    result = box.python(FDS)
+    assert result["error"] == "EMFILE", result
+    assert result["opened"] <= LIMITS["nofile"]
+    assert _open_fds(small_server.process.pid) <= gateway_before + 16
+
+
+DAEMON = "import os, time; os.fork() or (os.setsid(), os.fork() or time.sleep(1e9))"
+
+
+def test_RES_10_timeout_kills_everything_including_daemons(
+    small_server: RunningServer, runtime: str
+) -> None:
+    view = RuntimeView(runtime, small_server)
+    doomed = Box(small_server, timeout=3)
+    try:
+        started = doomed.run(
+            "sleep 1e9 & setsid nohup sleep 1e9 >/dev/null 2>&1 & "
+            f"python3 -c '{DAEMON}' & "
+            "echo started"
+        )
+        assert started.stdout.strip() == "started", started
+        init = view.init_pid(doomed.id)
+        # Expiry is the reaper's job: wait (bounded) until the runtime no longer knows it.
+        wait_for(lambda: not view.exists(doomed.id), 30, "the expired sandbox to be removed")
+        assert not os.path.exists(f"/proc/{init}")
+        info = httpx.get(
+            f"{small_server.url}/sandboxes/{doomed.id}",
+            headers={"X-API-Key": small_server.api_key},
+            timeout=10,
+        )
+        assert info.status_code == 404
+    finally:
+        doomed.kill()
+
+
+def test_RES_13_huge_argv_fails_inside_only(box: Box, neighbour: Box) -> None:
+    result = box.run(
+        "python3 -c \"import os; os.execv('/bin/true', ['x'] * 10**6)\" 2>&1; echo rc=$?"
+    )
+    assert "Argument list too long" in result.stdout, result.stdout
+    assert box.run("echo alive").stdout == "alive\n"
+    _neighbour_ok(neighbour)
+
+
+ZOMBIES = """
+import os, sys
+for _ in range(50):
+    if os.fork() == 0:
+        os._exit(0)
+# exit without reaping: the 50 children are re-parented to the sandbox's init
+os._exit(0)
+"""
+
+
+def test_RES_20_orphaned_zombies_are_reaped(box: Box) -> None:
+    quoted = ZOMBIES.replace("'", "'\\''")
+    assert box.run(f"python3 -c '{quoted}'").exit_code == 0
+    count = "grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l"
+    wait_for(lambda: box.run(count).stdout.strip() == "0", 10, "the zombies to be reaped")
+
+
+def test_RES_17_sandbox_quota_is_exact_under_a_burst(
+    runtime_server_factory: Callable[..., RunningServer], runtime: str
+) -> None:
+    server = runtime_server_factory(config={"limits": {**LIMITS, "max_sandboxes_per_team": 3}})
+    view = RuntimeView(runtime, server)
+
+    def attempt(_: int) -> httpx.Response:
+        return httpx.post(
+            f"{server.url}/v2/sandboxes",
+            json={"templateID": "base", "timeout": 120},
+            headers={"X-API-Key": server.api_key},
+            timeout=120,
+        )
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(attempt, range(8)))
+    created = [a.json()["sandboxID"] for a in answers if a.status_code == 201]
+    refused = [a for a in answers if a.status_code != 201]
+    assert len(created) == 3, [a.text for a in answers]
+    assert {a.status_code for a in refused} == {429}
+    assert all("limits.max_sandboxes_per_team" in a.json()["message"] for a in refused)
+    for sandbox_id in created:
+        httpx.delete(
+            f"{server.url}/sandboxes/{sandbox_id}",
+            headers={"X-API-Key": server.api_key},
+            timeout=60,
+        )
+    listed = httpx.get(
+        f"{server.url}/sandboxes", headers={"X-API-Key": server.api_key}, timeout=10
+    ).json()
+    assert listed == []
+    assert not any(view.exists(sandbox_id) for sandbox_id in created)
