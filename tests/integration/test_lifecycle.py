@@ -49,6 +49,7 @@ def test_kill_leaves_nothing_behind(
     assert response.status_code == 204
     assert not runtime_view.exists(sandbox_id)
     assert not host_dir.exists()
+    assert sandbox_id not in Path("/proc/self/mountinfo").read_text()  # devpts, binds
     assert _info(runtime_server, sandbox_id).status_code == 404
     health = httpx.get(
         f"{runtime_server.url}/health",

@@ -27,6 +27,7 @@ LIMITS = {
     "disk_size_mb": 192,
     "tmp_size_mb": 16,
     "default_memory_mb": 128,
+    "max_ptys": 16,
 }
 MiB = 1024 * 1024
 
@@ -263,6 +264,47 @@ def test_RES_13_huge_argv_fails_inside_only(box: Box, neighbour: Box) -> None:
     assert "Argument list too long" in result.stdout, result.stdout
     assert box.run("echo alive").stdout == "alive\n"
     _neighbour_ok(neighbour)
+
+
+PTY_HOG = """
+import os, sys, time
+held = []
+for _ in range(3):  # several processes, so a per-process fd limit is not what stops it
+    if os.fork() == 0:
+        try:
+            while len(held) < 5000:
+                held.append(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY))
+        except OSError:
+            pass
+        with open(f"/tmp/ptys.{os.getpid()}", "w") as out:
+            out.write(str(len(held)))
+        time.sleep(600)
+        os._exit(0)
+"""
+
+
+def _host_ptys() -> int:
+    with open("/proc/sys/kernel/pty/nr") as nr:
+        return int(nr.read())
+
+
+def test_RES_14_pty_exhaustion_is_bounded_per_sandbox(box: Box, neighbour: Box) -> None:
+    before = _host_ptys()
+    quoted = PTY_HOG.replace("'", "'\\''")
+    assert box.run(f"python3 -c '{quoted}' >/dev/null 2>&1 &").exit_code == 0
+
+    def reported() -> list[str] | None:
+        counts = box.run("awk 1 /tmp/ptys.* 2>/dev/null").stdout.split()
+        return counts if len(counts) == 3 else None
+
+    counts = wait_for(reported, 20, "the PTY hog to report")
+    assert sum(int(c) for c in counts) == LIMITS["max_ptys"], counts
+    assert _host_ptys() - before <= LIMITS["max_ptys"]
+    # The neighbour still gets terminals while the hog holds every one it may have.
+    opened = neighbour.run(
+        'python3 -c "import os, pty; m, s = pty.openpty(); print(os.ttyname(s))"'
+    )
+    assert opened.stdout.startswith("/dev/pts/"), opened
 
 
 ZOMBIES = """

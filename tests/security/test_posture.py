@@ -66,8 +66,16 @@ def test_ESC_01_host_side_posture(sandbox: dict[str, Any]) -> None:
     assert host["OomScoreAdj"] == 500
     mounts = container.attrs["Mounts"]
     binds = [m for m in mounts if m["Type"] == "bind"]
-    assert [m["Destination"] for m in binds] == ["/run/sandgate"]
+    assert [m["Destination"] for m in binds] == ["/run/sandgate", "/dev/pts"]
     assert binds[0]["Source"].endswith(f"/sandboxes/{sandbox['sandboxID']}")
+    # The sandbox's own devpts instance, capped (RES-14), not a host path.
+    assert binds[1]["Source"].endswith(f"/docker/pts/{sandbox['sandboxID']}")
+    devpts = next(
+        line.split()
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if line.split()[4] == binds[1]["Source"]
+    )
+    assert "devpts" in devpts and "max=64" in devpts[-1]
 
     assert int(_cgroup_file(pid, "pids", "pids.max")) == 256
     memory = (

@@ -82,6 +82,8 @@ class LimitsConfig(_Section):
     pids_limit: int = Field(256, ge=16)
     tmp_size_mb: int = Field(64, ge=1)
     nofile: int = Field(1024, ge=64)
+    #: Pseudo-terminals per sandbox (PTY sessions, terminals opened by code inside).
+    max_ptys: int = Field(64, ge=4, le=1024)
     max_sandboxes_per_team: int = Field(20, ge=0)
     max_sandboxes_total: int = Field(200, ge=0)
 

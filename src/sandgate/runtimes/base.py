@@ -52,6 +52,8 @@ class SandboxSpec:
     nofile: int
     home_dir: str = "/home/user"
     home_uid: int = 1000
+    #: Pseudo-terminals the sandbox may hold at once (its own devpts instance).
+    max_ptys: int = 64
     labels: dict[str, str] = field(default_factory=dict)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 
 import docker
@@ -34,6 +35,7 @@ import requests.exceptions
 from docker.types import LogConfig, Mount, Ulimit
 
 from sandgate.errors import RuntimeUnavailable
+from sandgate.runtimes._devpts import mount_devpts, unmount_devpts
 from sandgate.runtimes.base import (
     GUEST_DIR_IN_SANDBOX,
     GUEST_OOM_SCORE_ADJ,
@@ -66,11 +68,22 @@ class DockerRuntime:
 
     name = "docker"
 
-    def __init__(self, instance_id: str, *, base_url: str = "", oci_runtime: str = "runc") -> None:
+    def __init__(
+        self,
+        instance_id: str,
+        *,
+        base_url: str = "",
+        oci_runtime: str = "runc",
+        state_dir: Path | None = None,
+    ) -> None:
+        """``state_dir`` holds each sandbox's devpts mount (``<state_dir>/pts/<id>``); without
+        one, or with a remote engine, sandboxes share the engine's default PTY pool."""
         self._instance_id = instance_id
         self._base_url = base_url
         self._oci_runtime = oci_runtime
         self._client: Any = None
+        local = not base_url or base_url.startswith("unix://")
+        self._pts_root = state_dir / "pts" if state_dir is not None and local else None
 
     async def ping(self) -> str:
         version: dict[str, Any] = await self._call(lambda c: c.version())
@@ -78,6 +91,10 @@ class DockerRuntime:
 
     async def create(self, spec: SandboxSpec) -> str:
         kwargs = self._run_arguments(spec)
+        if self._pts_root is not None:
+            pts = self._pts_root / spec.sandbox_id
+            await asyncio.to_thread(mount_devpts, pts, spec.max_ptys)
+            kwargs["mounts"].append(Mount("/dev/pts", str(pts), type="bind"))
         try:
             container = await self._call(lambda c: c.containers.run(**kwargs))
         except docker.errors.APIError as exc:
@@ -85,6 +102,10 @@ class DockerRuntime:
             raise RuntimeUnavailable(
                 f"Docker could not start the sandbox: {exc.explanation}"
             ) from None
+        except BaseException:
+            if self._pts_root is not None:
+                await asyncio.to_thread(unmount_devpts, self._pts_root / spec.sandbox_id)
+            raise
         return str(container.id)
 
     async def kill(self, sandbox_id: str) -> None:
@@ -98,6 +119,8 @@ class DockerRuntime:
                     raise
 
         await self._call(remove)
+        if self._pts_root is not None:
+            await asyncio.to_thread(unmount_devpts, self._pts_root / sandbox_id)
 
     async def pause(self, sandbox_id: str) -> None:
         """``docker pause``: the cgroup freezer stops every process; memory stays."""
@@ -119,6 +142,12 @@ class DockerRuntime:
             )
             labels = row.get("Labels") or {}
             found.append(RuntimeSandbox(labels.get(_LABEL_SANDBOX, ""), row["Id"], state))
+        if self._pts_root is not None and self._pts_root.is_dir():
+            # devpts mounts of sandboxes whose containers went away while we were down.
+            known = {sandbox.sandbox_id for sandbox in found}
+            for path in self._pts_root.iterdir():
+                if path.name not in known:
+                    await asyncio.to_thread(unmount_devpts, path)
         return found
 
     async def pid(self, sandbox_id: str) -> int | None:

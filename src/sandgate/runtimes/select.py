@@ -76,6 +76,7 @@ def select_runtime(config: Config, instance_id: str) -> Runtime:
             instance_id,
             base_url=config.runtime.docker.base_url,
             oci_runtime=config.runtime.docker.oci_runtime,
+            state_dir=config.home_dir / "docker",
         )
     if choice.kind == "bwrap":
         return BwrapRuntime(
