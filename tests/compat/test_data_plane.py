@@ -248,6 +248,12 @@ def test_ports_and_killed_sandbox(client: PreparedClient, runtime_e2b_env: dict[
     assert result["host"] == f"8000-{sandbox_id}.{runtime_e2b_env['E2B_DOMAIN']}"
     assert result["by_host"] == {"status": 200, "body": "served from inside"}
     assert result["by_headers"] == {"status": 200, "body": "served from inside"}
+    # Ports are private by default (E2B: public); the SDK carries the token it was given.
+    assert result["traffic_token_set"] is True
+    assert result["without_token"]["status"] == 401, result["without_token"]
+    assert "E2B-Traffic-Access-Token" in result["without_token"]["body"]["message"]
+    assert result["public_traffic_token"] is None
+    assert result["public_port"] == {"status": 200, "body": "public"}
     closed = result["closed_port"]
     assert closed["status"] == 502, closed
     assert closed["body"]["code"] == 502 and closed["body"]["port"] == 8001, closed

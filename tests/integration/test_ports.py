@@ -1,5 +1,5 @@
 """HTTP to services inside a sandbox through the port proxy: bodies both ways, streaming,
-header hygiene."""
+header hygiene, and the traffic token that keeps ports private by default."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.fixtures.server import RunningServer
-from tests.framework.envd import run
+from tests.framework.envd import create, run
 
 pytestmark = pytest.mark.docker
 
@@ -48,6 +48,8 @@ def _serve(server: RunningServer, sandbox: dict[str, Any]) -> dict[str, str]:
     run(server.url, sid, token, f"cat > /home/user/echo.py <<'EOF'\n{ECHO_SERVER}\nEOF")
     run(server.url, sid, token, "nohup python3 /home/user/echo.py >/dev/null 2>&1 &")
     headers = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "9000"}
+    if sandbox["trafficAccessToken"] is not None:
+        headers["E2B-Traffic-Access-Token"] = sandbox["trafficAccessToken"]
     deadline = time.monotonic() + 30
     while httpx.post(server.url + "/", headers=headers, content=b"x").status_code == 502:
         if time.monotonic() > deadline:
@@ -71,7 +73,12 @@ def test_bodies_streams_and_header_hygiene(
     body = response.json()
     assert (body["len"], body["head"]) == (len(payload), "hello")
     assert body["headers"]["x-custom"] == "yes"
-    for stripped in ("x-access-token", "e2b-sandbox-id", "e2b-sandbox-port"):
+    for stripped in (
+        "x-access-token",
+        "e2b-traffic-access-token",
+        "e2b-sandbox-id",
+        "e2b-sandbox-port",
+    ):
         assert stripped not in body["headers"], f"{stripped} must not reach the sandbox"
 
     def chunks():  # type: ignore[no-untyped-def]
@@ -89,3 +96,31 @@ def test_bodies_streams_and_header_hygiene(
             arrivals.append((time.monotonic(), line))
     assert [line for _, line in arrivals] == ["tick 0", "tick 1", "tick 2"]
     assert arrivals[-1][0] - arrivals[0][0] > 0.4, "chunks are forwarded as they come"
+
+
+def test_ports_are_private_unless_the_sandbox_asks_for_public_traffic(
+    sandgate_server: RunningServer, sandbox: dict[str, Any]
+) -> None:
+    headers = _serve(sandgate_server, sandbox)
+    url = sandgate_server.url + "/"
+    token = headers.pop("E2B-Traffic-Access-Token")
+    for wrong in ({}, {"E2B-Traffic-Access-Token": token[:-1] + "x"}, {"X-Access-Token": token}):
+        refused = httpx.post(url, headers={**headers, **wrong}, content=b"x")
+        assert refused.status_code == 401, wrong
+        assert "E2B-Traffic-Access-Token" in refused.json()["message"]
+    owner = {**headers, "X-Access-Token": sandbox["envdAccessToken"]}
+    assert httpx.post(url, headers=owner, content=b"x").status_code == 201
+
+    public = create(
+        sandgate_server.url, sandgate_server.api_key, network={"allowPublicTraffic": True}
+    )
+    try:
+        assert public["trafficAccessToken"] is None
+        open_headers = _serve(sandgate_server, public)
+        assert "E2B-Traffic-Access-Token" not in open_headers
+        assert httpx.post(url, headers=open_headers, content=b"x").status_code == 201
+    finally:
+        httpx.delete(
+            f"{sandgate_server.url}/sandboxes/{public['sandboxID']}",
+            headers={"X-API-Key": sandgate_server.api_key},
+        )

@@ -7,6 +7,7 @@ from sandgate.access._keys import (
     hash_secret,
     new_access_token,
     tokens_equal,
+    traffic_token,
 )
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "hash_secret",
     "new_access_token",
     "tokens_equal",
+    "traffic_token",
 ]

@@ -8,6 +8,7 @@ tell an attacker which keys exist (AUTH-02).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -40,6 +41,15 @@ def tokens_equal(presented: str | None, expected: str) -> bool:
 def new_access_token() -> str:
     """A sandbox's envd access token: header-safe, 256 random bits."""
     return secrets.token_urlsafe(32)
+
+
+def traffic_token(access_token: str) -> str:
+    """A sandbox's token for its other ports (E2B's ``trafficAccessToken``).
+
+    Derived from the envd access token with HMAC, so it needs no storage and survives
+    restarts, while knowing it reveals nothing of the access token (it grants ports only)."""
+    digest = hmac.new(access_token.encode(), b"sandgate traffic token v1", hashlib.sha256)
+    return base64.urlsafe_b64encode(digest.digest()).decode().rstrip("=")
 
 
 def create_api_key(store: Store, team: str, name: str) -> tuple[ApiKey, str]:

@@ -7,10 +7,13 @@ Rules, first match wins (shared/e2b-protocol.md §1.5):
 3. ``/files`` with a ``signature`` query and no routing → the sandbox whose token signed it;
 4. anything else → control plane.
 
-SECURITY: a sandbox id is never a credential. Every data-plane request except ``GET /health``
-must carry the sandbox's access token (``X-Access-Token``), compared in constant time; a
-missing or wrong token gets the same 401 as an unknown one. Unknown or dead sandboxes get
-E2B's 502 JSON, so SDKs report "sandbox not running".
+SECURITY: a sandbox id is never a credential. Every envd request except ``GET /health`` must
+carry the sandbox's access token (``X-Access-Token``), compared in constant time; a missing or
+wrong token gets the same 401 as an unknown one. Other ports are private unless the sandbox was
+created with ``network.allowPublicTraffic``: they need its ``trafficAccessToken`` in
+``E2B-Traffic-Access-Token`` (as E2B with public traffic off), or the access token. Unknown
+or dead sandboxes get E2B's 502 JSON, so SDKs report "sandbox not running"; that answer, and
+``/health``'s, tell whether an id exists (as on E2B; ids are 129 random bits).
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ _HOST: Final = re.compile(r"^(\d{1,5})-([a-z0-9]+)(?:\.|:|$)")
 _ID: Final = re.compile(r"^[a-z0-9]{1,64}$")
 _UNAUTHORIZED: Final = (
     "unauthorized access, please provide a valid access token or method signing if supported"
+)
+_PRIVATE_PORT: Final = (
+    "this sandbox's ports are private: send its trafficAccessToken in the "
+    "E2B-Traffic-Access-Token header (or create it with network.allowPublicTraffic=true)"
 )
 
 
@@ -114,6 +121,9 @@ class Router:
                 return
             await self._envd(scope, receive, send)
             return
+        if not _may_use_port(headers, route):
+            await _json(send, 401, {"code": 401, "message": _PRIVATE_PORT})
+            return
         if self._ports is None:
             await _json(
                 send,
@@ -155,3 +165,11 @@ def _authorised(scope: Scope, headers: dict[str, str], route: Route) -> bool:
         return tokens_equal(token, route.access_token)
     # /files may be authorised by a signature instead; its handler checks it.
     return scope["path"] == "/files" and b"signature=" in scope.get("query_string", b"")
+
+
+def _may_use_port(headers: dict[str, str], route: Route) -> bool:
+    if route.traffic_token is None:
+        return True
+    if tokens_equal(headers.get("e2b-traffic-access-token"), route.traffic_token):
+        return True
+    return tokens_equal(headers.get("x-access-token"), route.access_token)

@@ -23,7 +23,7 @@ from typing import Any
 
 import structlog
 
-from sandgate.access import Principal, new_access_token
+from sandgate.access import Principal, new_access_token, traffic_token
 from sandgate.config import Config
 from sandgate.errors import (
     InvalidRequest,
@@ -38,6 +38,7 @@ from sandgate.guest.client import GuestClient, GuestError, GuestUnavailable
 from sandgate.guest.protocol import EGRESS_PROXY_PORT
 from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec
 from sandgate.sandboxes.hooks import SandboxHook
+from sandgate.sandboxes.publish import publish_file
 from sandgate.sandboxes.state import SandboxState, check_transition
 from sandgate.store import LIVE_STATES, Sandbox, SandboxPage, Store, Template
 
@@ -69,7 +70,7 @@ class CreateRequest:
     allow_internet_access: bool = False
     #: Egress asked for by the caller, ``{"allow_out": [...], "deny_out": [...]}``; the
     #: egress hook checks it against the operator's ceiling (``egress.api_allow_out``).
-    network: dict[str, list[str]] | None = None
+    network: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,8 @@ class Route:
     sandbox_id: str
     access_token: str
     guest: GuestClient
+    #: Needed (``E2B-Traffic-Access-Token``) on ports other than envd's; None: public ports.
+    traffic_token: str | None = None
     #: Per-sandbox gateway state that lives as long as the route (e.g. polling watchers).
     state: dict[str, Any] = field(default_factory=dict)
 
@@ -210,7 +213,7 @@ class SandboxService:
         )
         if started is None:
             raise _not_found(row.id)
-        self._routes[row.id] = Route(row.id, row.access_token, self._guest(row.id))
+        self._routes[row.id] = self._route_of(row)
         await self._record(
             "sandbox.created", started, template=template.name, warm=warm is not None
         )
@@ -246,6 +249,7 @@ class SandboxService:
             pids_limit=self._limits.pids_limit,
             tmp_size_mb=self._limits.tmp_size_mb,
             nofile=self._limits.nofile,
+            max_ptys=self._limits.max_ptys,
         )
         ref = await self._runtime.create(spec)
         await self._wait_ready(sandbox_id)
@@ -440,9 +444,14 @@ class SandboxService:
         row = self._store.sandbox(sandbox_id)
         if row is None or row.state != SandboxState.RUNNING.value:
             return None
-        route = Route(row.id, row.access_token, self._guest(row.id))
+        route = self._route_of(row)
         self._routes[row.id] = route
         return route
+
+    def _route_of(self, row: Sandbox) -> Route:
+        public = bool((row.network or {}).get("allow_public_traffic"))
+        token = None if public else traffic_token(row.access_token)
+        return Route(row.id, row.access_token, self._guest(row.id), traffic_token=token)
 
     def route_by_signature(self, match: Any) -> Route | None:
         """The route whose access token satisfies ``match(token)``; used by signed URLs
@@ -497,9 +506,7 @@ class SandboxService:
                     found.sandbox_id, state=SandboxState.RUNNING.value
                 )
                 if adopted is not None:
-                    self._routes[adopted.id] = Route(
-                        adopted.id, adopted.access_token, self._guest(adopted.id)
-                    )
+                    self._routes[adopted.id] = self._route_of(adopted)
                     for hook in self._hooks:
                         await hook.attach(adopted, self._root / adopted.id)
                 log.info("sandbox.reattached", sandbox=found.sandbox_id)
@@ -677,10 +684,7 @@ def _sha256(text: str) -> str:
 def _publish_envs(host_dir: Path, envs: Mapping[str, str]) -> None:
     """Writes the sandbox-level environment where services inside can read it
     (``/run/sandgate/envs.json``; the code interpreter applies it to its kernels). Atomic."""
-    temp = host_dir / ".envs.json.tmp"
-    temp.write_text(json.dumps(dict(envs)))
-    temp.chmod(0o644)
-    temp.replace(host_dir / "envs.json")
+    publish_file(host_dir, "envs.json", json.dumps(dict(envs)).encode())
 
 
 def _new_id() -> str:

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandgate.access import Principal
+from sandgate.access import Principal, traffic_token
 from sandgate.api.auth import Caller
 from sandgate.errors import InvalidRequest
 from sandgate.sandboxes import CreateRequest, SandboxService
@@ -28,12 +28,15 @@ _MAX_PAGE = 100
 
 class NetworkBody(BaseModel):
     """E2B's ``network`` options: hosts to allow (within ``egress.api_allow_out``) and deny.
-    ``0.0.0.0/0`` in ``denyOut`` means every host (allowOut still wins, as in E2B)."""
+    ``0.0.0.0/0`` in ``denyOut`` means every host (allowOut still wins, as in E2B).
+    ``allowPublicTraffic`` defaults to **false** here (E2B: true): a sandbox's ports need its
+    ``trafficAccessToken`` unless the caller asks for public ports."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     allow_out: list[str] = Field(default_factory=list, alias="allowOut", max_length=256)
     deny_out: list[str] = Field(default_factory=list, alias="denyOut", max_length=256)
+    allow_public_traffic: bool = Field(False, alias="allowPublicTraffic")
 
 
 class NewSandbox(BaseModel):
@@ -73,7 +76,11 @@ def build_control_router(service: SandboxService, store: Store, domain: str) -> 
             "clientID": CLIENT_ID,
             "envdVersion": row.envd_version,
             "envdAccessToken": row.access_token,
-            "trafficAccessToken": None,
+            "trafficAccessToken": (
+                None
+                if (row.network or {}).get("allow_public_traffic")
+                else traffic_token(row.access_token)
+            ),
             "domain": domain,
         }
 
@@ -109,7 +116,11 @@ def build_control_router(service: SandboxService, store: Store, domain: str) -> 
                 # E2B's default is true; it grants only what egress.internet_access lists.
                 allow_internet_access=body.allow_internet_access is not False,
                 network=(
-                    {"allow_out": body.network.allow_out, "deny_out": body.network.deny_out}
+                    {
+                        "allow_out": body.network.allow_out,
+                        "deny_out": body.network.deny_out,
+                        "allow_public_traffic": body.network.allow_public_traffic,
+                    }
                     if body.network is not None
                     else None
                 ),
