@@ -193,13 +193,6 @@ with open("/proc/self/mountinfo") as f:
     assert len(sandgate) == 1, "the guest directory is mounted once, from this sandbox's own"
 
 
-#: What the sandbox's user may do to its own processes on Docker today: Docker 20.10's default
-#: seccomp profile allows ptrace (kernel >= 4.8), this kernel has no Yama LSM, so a process may
-#: trace any dumpable process of the same uid in the same sandbox. Within one tenant; see MT-02
-#: for the cross-sandbox case. Kept visible as an xfail until ptrace is filtered.
-DOCKER_SAME_UID_PTRACE = "Docker's default seccomp lets same-uid ptrace through (no Yama here)"
-
-
 @pytest.mark.parametrize("user", USERS)
 def test_ESC_14_no_ptrace_inside_the_sandbox(
     runtime: str, runtime_server: RunningServer, runtime_sandbox: dict[str, Any], user: str
@@ -237,16 +230,11 @@ child.kill()
 """
     answers = run_python(runtime_server.url, runtime_sandbox, script, user=user)
     targets: dict[str, int] = answers.pop("targets")
-    own_uid = answers.pop("self uid")
+    answers.pop("self uid")
     assert "1" in targets and len(targets) >= 3, "init, the guest and our child are all probed"
     readv = {k: v for k, v in answers.items() if k.startswith("vm_readv ")}
     assert readv and set(readv.values()) == {"EPERM"}, readv
     traced = {k: v for k, v in answers.items() if not k.startswith("vm_readv ") and v != "EPERM"}
-    if runtime == "docker" and traced:
-        tracee_uids = {targets[key.split()[1]] for key in traced}
-        # Anything beyond same-uid tracing (another uid: a capability leak) fails outright.
-        assert tracee_uids == {own_uid}, (traced, targets)
-        pytest.xfail(f"{DOCKER_SAME_UID_PTRACE}: {sorted(traced)}")
     assert traced == {}, (traced, targets)
 
 

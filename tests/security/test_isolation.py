@@ -16,17 +16,6 @@ from tests.framework.posture import GUEST_MASK
 
 PROBE = (Path(__file__).parent / "probe.py").read_text()
 
-#: Syscall-probe entries the Docker runtime lets through today (Docker's default seccomp
-#: profile on this engine): findings, kept visible as a strict xfail until fixed.
-DOCKER_KNOWN_GAPS = {
-    "io_uring_setup",
-    "io_uring_enter",
-    "io_uring_register",
-    "ptrace",
-    "socket_af_vsock",
-    "x32_getpid",
-}
-
 
 def _run(server: RunningServer, sandbox: dict[str, Any], command: str, **kw: Any) -> CommandResult:
     return run(server.url, sandbox["sandboxID"], sandbox["envdAccessToken"], command, **kw)
@@ -99,8 +88,6 @@ def test_ESC_07_ESC_08_syscall_probe_matrix(
     }
     if not answers["x32_getpid"].startswith("signal"):
         let_through.add("x32_getpid")
-    if runtime == "docker" and let_through == DOCKER_KNOWN_GAPS:
-        pytest.xfail(f"known gaps of Docker's default seccomp profile: {sorted(let_through)}")
     assert let_through == set(), {name: answers[name] for name in let_through}
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 __all__ = ["GuestConfig"]
@@ -57,8 +57,9 @@ class GuestConfig:
         }
 
     @classmethod
-    def load(cls, path: Path) -> GuestConfig:
-        data = json.loads(path.read_text())
+    def load(cls, path: str | os.PathLike[str]) -> GuestConfig:
+        with open(path, encoding="utf-8") as file:
+            data = json.load(file)
         if not isinstance(data, dict):
             raise ValueError("config: top level must be an object")
         return cls.from_json(data)

@@ -13,11 +13,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
-import shutil
 import socket
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -103,6 +100,8 @@ def op_move(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> N
         except OSError as exc:
             if exc.errno != errno.EXDEV:
                 raise
+            import shutil  # rarely needed: not paid by every guest's start-up
+
             shutil.move(source, destination)
     except OSError as exc:
         raise from_oserror(exc, f"move {source} to {destination}") from None
@@ -114,6 +113,8 @@ def op_remove(sock: socket.socket, request: dict[str, Any], ctx: FileContext) ->
     try:
         st = os.lstat(path)
         if stat.S_ISDIR(st.st_mode):
+            import shutil  # rarely needed: not paid by every guest's start-up
+
             shutil.rmtree(path)
         else:
             os.unlink(path)
@@ -311,7 +312,7 @@ def op_write_file(sock: socket.socket, request: dict[str, Any], ctx: FileContext
     except OSError as exc:
         raise from_oserror(exc, f"make directory {parent}") from None
     suffix = TEMP_SUFFIX_WRITE if existing is not None else TEMP_SUFFIX_CREATE
-    temp = os.path.join(parent, f".{base[:200]}.{secrets.token_hex(6)}{suffix}")
+    temp = os.path.join(parent, f".{base[:200]}.{os.urandom(6).hex()}{suffix}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
         fd = os.open(temp, flags, 0o666)
@@ -348,6 +349,8 @@ def op_write_file(sock: socket.socket, request: dict[str, Any], ctx: FileContext
 def _write_in_place(sock: socket.socket, target: str, path: str, metadata: dict[str, str]) -> None:
     if not os.access(target, os.W_OK):
         raise OpError("permission_denied", f"cannot write {path}")
+    import tempfile  # rarely needed: not paid by every guest's start-up
+
     with tempfile.TemporaryFile() as staging:
         if not _receive_into(sock, staging.fileno()):
             return

@@ -25,6 +25,9 @@ __all__ = ["build_zipapp"]
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _MAIN = b"from sandgate.guest.daemon import main\n\nmain()\n"
 _PACKAGE_INIT = b'"""Sandgate guest bundle (generated)."""\n'
+#: Replaces ``sandgate/guest/__init__.py`` in the archive: the real one imports this builder
+#: (``zipfile``, ``tempfile``, ``importlib.util``, ...), start-up time the daemon never uses.
+_GUEST_INIT = b'"""The Sandgate guest daemon (generated; see ``daemon``)."""\n'
 
 
 def _bytecode(name: str, source: bytes) -> bytes:
@@ -40,9 +43,9 @@ def _members() -> list[tuple[str, bytes]]:
     for path in sorted(guest_dir.rglob("*.py")):
         if "__pycache__" in path.parts:
             continue
-        sources.append(
-            ("sandgate/guest/" + path.relative_to(guest_dir).as_posix(), path.read_bytes())
-        )
+        name = "sandgate/guest/" + path.relative_to(guest_dir).as_posix()
+        source = _GUEST_INIT if name == "sandgate/guest/__init__.py" else path.read_bytes()
+        sources.append((name, source))
     members = [("__main__.py", _MAIN)]
     for name, source in sources:
         members.append((name, source))

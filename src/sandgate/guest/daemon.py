@@ -26,7 +26,6 @@ import os
 import signal
 import socket
 import sys
-from pathlib import Path
 from typing import Any
 
 from ._config import GuestConfig
@@ -408,7 +407,7 @@ def main(argv: list[str] | None = None) -> None:
     _ensure_std_fds()
     os.umask(0o022)
     try:
-        config = GuestConfig.load(Path(args.config))
+        config = GuestConfig.load(args.config)
     except (OSError, ValueError) as exc:
         log("bad_config", path=args.config, error=str(exc))
         sys.exit(2)

@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,34 +54,53 @@ def resolve_rootfs(image_ref: str, cache: Path, docker_base_url: str = "") -> Ro
     if manual.is_dir():
         return Rootfs(manual, *_read_meta(manual.with_name(manual.name + ".json")))
     try:
-        client = (
-            docker.DockerClient(base_url=docker_base_url) if docker_base_url else docker.from_env()
-        )
+        client = _client(docker_base_url)
     except docker.errors.DockerException:
         why = "no Docker engine answers"
         raise RuntimeUnavailable(_no_rootfs(image_ref, manual, why)) from None
     try:
-        try:
-            image = client.images.get(image_ref)
-        except docker.errors.ImageNotFound:
-            raise RuntimeUnavailable(
-                _no_rootfs(image_ref, manual, "Docker has no such image")
-            ) from None
-        except docker.errors.DockerException as exc:
-            raise RuntimeUnavailable(_no_rootfs(image_ref, manual, str(exc))) from None
-        image_id = str(image.id).removeprefix("sha256:")
-        target = cache / image_id
-        meta = cache / f"{image_id}.json"
-        if meta.is_file():
-            return Rootfs(target, *_read_meta(meta))
-        cache.mkdir(parents=True, exist_ok=True)
-        with _locked(cache / f".{image_id}.lock"):
-            if not meta.is_file():
-                _export(client, image_ref, target)
-                config: dict[str, Any] = image.attrs.get("Config") or {}
-                _write_meta(meta, config)
+        image = client.images.get(image_ref)
+    except docker.errors.ImageNotFound:
+        why = "Docker has no such image"
+        raise RuntimeUnavailable(_no_rootfs(image_ref, manual, why)) from None
+    except docker.errors.DockerException as exc:
+        _forget_client(docker_base_url, client)
+        raise RuntimeUnavailable(_no_rootfs(image_ref, manual, str(exc))) from None
+    image_id = str(image.id).removeprefix("sha256:")
+    target = cache / image_id
+    meta = cache / f"{image_id}.json"
+    if meta.is_file():
         return Rootfs(target, *_read_meta(meta))
-    finally:
+    cache.mkdir(parents=True, exist_ok=True)
+    with _locked(cache / f".{image_id}.lock"):
+        if not meta.is_file():
+            _export(client, image_ref, target)
+            config: dict[str, Any] = image.attrs.get("Config") or {}
+            _write_meta(meta, config)
+    return Rootfs(target, *_read_meta(meta))
+
+
+_clients: dict[str, docker.DockerClient] = {}
+_clients_lock = threading.Lock()
+
+
+def _client(base_url: str) -> docker.DockerClient:
+    """One Docker client per engine address, kept for the process: building one (and
+    negotiating the API version) costs several ms that every cold create used to pay. The
+    image id is still asked for each time, so a rebuilt template is never missed."""
+    with _clients_lock:
+        client = _clients.get(base_url)
+        if client is None:
+            client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+            _clients[base_url] = client
+        return client
+
+
+def _forget_client(base_url: str, client: docker.DockerClient) -> None:
+    with _clients_lock:
+        if _clients.get(base_url) is client:
+            del _clients[base_url]
+    with contextlib.suppress(Exception):
         client.close()
 
 

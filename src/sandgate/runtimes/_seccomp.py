@@ -1,9 +1,12 @@
-"""Compiles the bwrap runtime's seccomp profile (``profiles/bwrap-seccomp.json``) to BPF.
+"""Translates Sandgate's seccomp profile (``profiles/bwrap-seccomp.json``) for both runtimes.
 
-The profile is data, reviewed like code; this module only translates it with libseccomp
-(``libseccomp.so.2`` through ctypes, so no build step and no Python binding package). The
-result is the raw ``struct sock_filter`` array that ``bwrap --seccomp FD`` installs just before
-it executes the sandbox's first process (and in bwrap's own PID 1).
+The profile is data, reviewed like code; this module only translates it: with libseccomp
+(``libseccomp.so.2`` through ctypes, so no build step and no Python binding package) into the
+raw ``struct sock_filter`` array that ``bwrap --seccomp FD`` installs just before it executes
+the sandbox's first process (and in bwrap's own PID 1); and into the OCI JSON that Docker takes
+as ``--security-opt seccomp=<json>``, so both runtimes deny the same calls. The Docker form
+lists only the native architecture: x32 and foreign-architecture calls get runc's bad-arch
+action instead of running.
 
 Trust: the profile file ships with Sandgate; nothing here is influenced by a sandbox or a
 request. A profile libseccomp cannot compile is an error, never a weaker filter.
@@ -16,13 +19,14 @@ import ctypes.util
 import errno
 import json
 import os
+import platform
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from sandgate.errors import RuntimeUnavailable
 
-__all__ = ["PROFILE_PATH", "compile_profile", "libseccomp_version"]
+__all__ = ["PROFILE_PATH", "compile_profile", "docker_profile", "libseccomp_version"]
 
 PROFILE_PATH = Path(__file__).parent / "profiles" / "bwrap-seccomp.json"
 
@@ -34,6 +38,8 @@ _CMP_NE = 1
 _CMP_EQ = 4
 _CMP_MASKED_EQ = 7
 _OPS = {"ne": _CMP_NE, "eq": _CMP_EQ}
+_OCI_OPS = {_CMP_NE: "SCMP_CMP_NE", _CMP_EQ: "SCMP_CMP_EQ", _CMP_MASKED_EQ: "SCMP_CMP_MASKED_EQ"}
+_OCI_ARCH = {"x86_64": "SCMP_ARCH_X86_64", "aarch64": "SCMP_ARCH_AARCH64"}
 
 
 class _ArgCmp(ctypes.Structure):
@@ -143,3 +149,37 @@ def compile_profile(path: Path = PROFILE_PATH) -> bytes:
     if not program or len(program) % 8:
         raise RuntimeUnavailable("seccomp: libseccomp produced an invalid program")
     return program
+
+
+@cache
+def docker_profile(path: Path = PROFILE_PATH) -> str:
+    """The profile as OCI seccomp JSON (default allow, the same denials and errnos).
+
+    Raises ``RuntimeUnavailable`` on an architecture the profile was not written for."""
+    machine = platform.machine()
+    if machine not in _OCI_ARCH:
+        raise RuntimeUnavailable(f"seccomp: no profile for the {machine} architecture")
+    profile = json.loads(path.read_text(encoding="utf-8"))
+    default_errno = getattr(errno, profile["default_errno"])
+    syscalls: list[dict[str, Any]] = []
+    for rule in profile["rules"]:
+        errno_ret = getattr(errno, rule.get("errno", ""), default_errno)
+        for comparisons in _comparisons(rule):
+            entry: dict[str, Any] = {
+                "names": list(rule["syscalls"]),
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": errno_ret,
+            }
+            if comparisons:
+                entry["args"] = [
+                    {"index": arg, "value": a, "valueTwo": b, "op": _OCI_OPS[op]}
+                    for arg, op, a, b in comparisons
+                ]
+            syscalls.append(entry)
+    return json.dumps(
+        {
+            "defaultAction": "SCMP_ACT_ALLOW",
+            "architectures": [_OCI_ARCH[machine]],
+            "syscalls": syscalls,
+        }
+    )

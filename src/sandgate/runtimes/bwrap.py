@@ -107,6 +107,24 @@ BWRAP_MIN_VERSION = (0, 8, 0)
 _INFO_TIMEOUT_S = 10.0
 _HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tsandbox\n"
 _STATE_FILE = "state.json"
+_UTIL_LINUX = ("setpriv", "setsid", "nsenter", "prlimit")
+#: The sandbox's first process (``python3 -I -S -c``; argv: home, its uid, the zipapp, then the
+#: guest's own options): chowns the home, then runs the daemon from the zipapp. Start-up is
+#: most of a cold create, so every step here is chosen for it: this replaces ``sh -c 'chown …
+#: && exec python3 guest.pyz'`` (two execs, and ``runpy``); -S skips ``site`` and the image's
+#: ``.pth`` files; ``ssl`` is blocked because asyncio imports it (loading libssl/libcrypto,
+#: ~10 ms) while the guest never speaks TLS (it relays bytes; TLS is the gateway's business).
+#: asyncio supports Pythons without ``ssl``; guest code that imports it fails loudly here.
+_GUEST_BOOT = (
+    "import os, sys\n"
+    "sys.modules['ssl'] = None\n"
+    "home, uid, pyz = sys.argv[1:4]\n"
+    "del sys.argv[1:4]\n"
+    "os.chown(home, int(uid), int(uid))\n"
+    "sys.path.insert(0, pyz)\n"
+    "from sandgate.guest.daemon import main\n"
+    "main()\n"
+)
 
 
 @dataclass(frozen=True)
@@ -152,12 +170,12 @@ def check_host() -> list[Requirement]:
             "cgroups (rootless operation is not supported)",
         )
     )
-    tools = [t for t in ("setsid", "nsenter", "prlimit") if shutil.which(t) is None]
+    tools = [t for t in _UTIL_LINUX if shutil.which(t) is None]
     found.append(
         Requirement(
             "util-linux",
             not tools,
-            "setsid, nsenter, prlimit" if not tools else f"missing: {', '.join(tools)}",
+            ", ".join(_UTIL_LINUX) if not tools else f"missing: {', '.join(tools)}",
             "" if not tools else "apt-get install util-linux",
         )
     )
@@ -399,11 +417,19 @@ class BwrapRuntime:
                 f"--fsize={disk}:{disk}",
                 "--",
             ]
+            # SECURITY: ``setpriv`` drops to the range's first uid/gid with no supplementary
+            # groups (real, effective and saved ids; root's capabilities go with uid 0) before
+            # anything else runs, exactly what ``Popen(user=, group=, extra_groups=[])`` did;
+            # doing it in the child instead lets Popen use vfork, not a fork of the gateway.
+            drop = [
+                shutil.which("setpriv") or "setpriv",
+                f"--reuid={base}",
+                f"--regid={base}",
+                "--clear-groups",
+                "--",
+            ]
             launcher = subprocess.Popen(
-                [shutil.which("setsid") or "setsid", "--fork", *limits, *argv],
-                user=base,
-                group=base,
-                extra_groups=[],
+                [*drop, shutil.which("setsid") or "setsid", "--fork", *limits, *argv],
                 pass_fds=(info_w, block_r, seccomp_fd, hosts_fd, hostname_fd),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -411,6 +437,12 @@ class BwrapRuntime:
                 cwd="/",
                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
             )
+            # The first cgroup move after a quiet spell waits out an RCU grace period (10-25 ms
+            # on this cgroup v1 VM); moving the launcher now pays it while bubblewrap starts,
+            # and the moves of bubblewrap's processes below come cheap. The launcher may already
+            # be gone or have forked: those moves below are the ones that count.
+            with contextlib.suppress(OSError):
+                cgroup.add(launcher.pid)
             launcher.wait()
             for fd in (info_w, block_r):
                 os.close(fd)
@@ -425,14 +457,13 @@ class BwrapRuntime:
                 ref=_ref(spec),
             )
             _write_state(state_dir, state)
-            for pid in (monitor, child):
-                cgroup.add(pid)
-
             # bubblewrap waits on block_r; nothing in the sandbox has run yet.
             mapping = f"0 {base} {UIDS_PER_SANDBOX}\n"
             Path(f"/proc/{child}/uid_map").write_text(mapping)
             Path(f"/proc/{child}/gid_map").write_text(mapping)
-            _disable_nested_userns(child)
+            with _NestedUsernsLock(child):  # the helper runs while the processes are moved
+                for pid in (monitor, child):
+                    cgroup.add(pid)
             for pid in (monitor, child):
                 Path(f"/proc/{pid}/oom_score_adj").write_text("1000")
             state["started"] = True
@@ -492,14 +523,12 @@ class BwrapRuntime:
             argv += ["--perms", "0644", "--ro-bind-data", str(hostname_fd), "/etc/hostname"]
         chdir = workdir if (rootfs / workdir.lstrip("/")).is_dir() else "/"
         argv += ["--chdir", chdir, "--seccomp", str(seccomp_fd), "--"]
-        # The home tmpfs is made by bubblewrap as the sandbox's root; hand it to its user
-        # before the guest starts (Docker's ``uid=`` tmpfs option does the same).
-        uid = spec.home_uid
-        prelude = f'chown {uid}:{uid} "$1" && shift && exec "$@"'
-        argv += ["/bin/sh", "-c", prelude, "sandgate-init", spec.home_dir]
+        # The home tmpfs is made by bubblewrap as the sandbox's root; the guest's first act
+        # hands it to its user (Docker's ``uid=`` tmpfs option does the same).
         guest = GUEST_DIR_IN_SANDBOX
         argv += [
-            "python3", "-I", f"{guest}/guest.pyz",
+            "python3", "-I", "-S", "-c", _GUEST_BOOT,
+            spec.home_dir, str(spec.home_uid), f"{guest}/guest.pyz",
             "--socket", f"{guest}/guest.sock",
             "--config", f"{guest}/guest.json",
         ]  # fmt: skip
@@ -630,35 +659,52 @@ def _alive(pid: int, start: object) -> bool:
         return False
 
 
-def _disable_nested_userns(pid: int) -> None:
+class _NestedUsernsLock:
     """Sets ``user.max_user_namespaces=0`` inside the sandbox's user namespace.
 
     The sysctl is per user namespace and is read through the writer's own namespace, so a
     helper joins it (``nsenter``) and becomes its root. Nothing inside can raise it back:
-    sandbox processes have no ``CAP_SYS_RESOURCE`` and ``/proc/sys`` is read-only.
+    sandbox processes have no ``CAP_SYS_RESOURCE`` and ``/proc/sys`` is read-only. The helper
+    starts on entering the ``with`` block; leaving it waits for the helper and raises
+    ``RuntimeUnavailable`` if it failed (bubblewrap's ``--assert-userns-disabled`` checks too).
     """
-    proc = subprocess.run(
-        [
-            shutil.which("nsenter") or "nsenter",
-            "--user",
-            f"--target={pid}",
-            "--",
-            "/bin/sh",
-            "-c",
-            "echo 0 > /proc/sys/user/max_user_namespaces",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=10,
-        check=False,
-        cwd="/",
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-    )
-    if proc.returncode != 0:
-        raise RuntimeUnavailable(
-            "user namespaces: cannot disable nested user namespaces in the sandbox "
-            f"({proc.stderr.strip()[:200]}); refusing to start it weaker"
+
+    def __init__(self, pid: int) -> None:
+        self._pid = pid
+        self._proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> None:
+        self._proc = subprocess.Popen(
+            [
+                shutil.which("nsenter") or "nsenter",
+                "--user",
+                f"--target={self._pid}",
+                "--",
+                "/bin/sh",
+                "-c",
+                "echo 0 > /proc/sys/user/max_user_namespaces",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/",
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
         )
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._proc is None:
+            return
+        try:
+            _, stderr = self._proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            _, stderr = self._proc.communicate()
+        if self._proc.returncode != 0 and exc_info[0] is None:
+            raise RuntimeUnavailable(
+                "user namespaces: cannot disable nested user namespaces in the sandbox "
+                f"({(stderr or '').strip()[:200]}); refusing to start it weaker"
+            )
 
 
 def _write_state(state_dir: Path, state: dict[str, Any]) -> None:

@@ -36,6 +36,7 @@ from docker.types import LogConfig, Mount, Ulimit
 
 from sandgate.errors import RuntimeUnavailable
 from sandgate.runtimes._devpts import mount_devpts, unmount_devpts
+from sandgate.runtimes._seccomp import docker_profile
 from sandgate.runtimes.base import (
     GUEST_DIR_IN_SANDBOX,
     GUEST_OOM_SCORE_ADJ,
@@ -194,7 +195,7 @@ class DockerRuntime:
             "user": "0:0",
             "cap_drop": ["ALL"],
             "cap_add": list(GUEST_CAPABILITIES),
-            "security_opt": ["no-new-privileges:true"],
+            "security_opt": ["no-new-privileges:true", f"seccomp={docker_profile()}"],
             "privileged": False,
             "read_only": True,
             "tmpfs": {

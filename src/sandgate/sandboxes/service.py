@@ -18,6 +18,7 @@ import string
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from sandgate.guest.protocol import EGRESS_PROXY_PORT
 from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec
 from sandgate.sandboxes.hooks import SandboxHook
 from sandgate.sandboxes.publish import publish_file
+from sandgate.sandboxes.readiness import wait_for_socket
 from sandgate.sandboxes.state import SandboxState, check_transition
 from sandgate.store import LIVE_STATES, Sandbox, SandboxPage, Store, Template
 
@@ -585,23 +587,15 @@ class SandboxService:
         return GuestClient(self._root / sandbox_id / "guest.sock")
 
     async def _wait_ready(self, sandbox_id: str) -> None:
-        """Polls the guest until it answers; the socket appears atomically when it is ready."""
-        guest = self._guest(sandbox_id)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _READY_TIMEOUT_S
-        delay = 0.002
-        while True:
-            try:
-                await guest.ping()
-                return
-            except (GuestUnavailable, GuestError):
-                if loop.time() > deadline:
-                    raise SandboxUnavailable(
-                        f"sandbox {sandbox_id} did not become ready in {_READY_TIMEOUT_S:.0f}s; "
-                        "see `sandgate doctor`"
-                    ) from None
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.05)
+        """Waits until the guest answers a ping, probing it as soon as its socket appears
+        (the guest renames the socket into place once it listens; see ``readiness``)."""
+        socket_path = self._root / sandbox_id / "guest.sock"
+        probe = partial(self._guest_alive, sandbox_id)
+        if not await wait_for_socket(socket_path, probe, _READY_TIMEOUT_S):
+            raise SandboxUnavailable(
+                f"sandbox {sandbox_id} did not become ready in {_READY_TIMEOUT_S:.0f}s; "
+                "see `sandgate doctor`"
+            )
 
     async def _start_template_service(
         self, sandbox_id: str, start_cmd: str | None, ready_port: int | None
