@@ -15,7 +15,7 @@ from sandgate.runtimes.bwrap import UID_BASE, UIDS_PER_SANDBOX
 from tests.fixtures.runtimes import RuntimeView
 from tests.fixtures.server import RunningServer
 from tests.framework.envd import create, run
-from tests.framework.posture import GUEST_MASK, proc_status
+from tests.framework.posture import DEFAULT_MEMORY_LIMIT, GUEST_MASK, proc_status
 
 pytestmark = pytest.mark.parametrize("runtime", ["bwrap"], indirect=True)
 
@@ -91,10 +91,12 @@ def test_ESC_01_bwrap_host_side_posture(
     assert cgroup["pids"].name == sandbox_id
     assert int((cgroup["pids"] / "pids.max").read_text()) == 256
     if (cgroup["memory"] / "memory.limit_in_bytes").exists():
-        assert int((cgroup["memory"] / "memory.limit_in_bytes").read_text()) == 512 * MIB
+        assert int((cgroup["memory"] / "memory.limit_in_bytes").read_text()) == (
+            DEFAULT_MEMORY_LIMIT
+        )
         assert int((cgroup["cpu"] / "cpu.cfs_quota_us").read_text()) == 100000
     else:
-        assert int((cgroup["memory"] / "memory.max").read_text()) == 512 * MIB
+        assert int((cgroup["memory"] / "memory.max").read_text()) == DEFAULT_MEMORY_LIMIT
         assert (cgroup["memory"] / "memory.swap.max").read_text().strip() == "0"
         assert (cgroup["cpu"] / "cpu.max").read_text().split() == ["100000", "100000"]
     # bubblewrap's monitor (outside the sandbox) is in the same cgroup and runs as the same uid.
@@ -106,13 +108,18 @@ def test_ESC_01_bwrap_host_side_posture(
     limits = Path(f"/proc/{init}/limits").read_text()
     assert re.search(r"Max open files\s+1024\s+1024", limits)
     assert re.search(r"Max core file size\s+0\s+0", limits)
-    assert Path(f"/proc/{guest}/oom_score_adj").read_text().strip() == "1000"
+    assert Path(f"/proc/{guest}/oom_score_adj").read_text().strip() == "500"
 
     # The file system: a read-only root, and one host directory (its own) mounted.
     mounts = Path(f"/proc/{guest}/mountinfo").read_text().splitlines()
     root = next(m.split() for m in mounts if m.split()[4] == "/")
     assert "ro" in root[5].split(",")
     assert all("nosuid" in m.split()[5] for m in mounts if m.split()[4] in ("/", "/run/sandgate"))
+    # The home, /tmp and /dev/pts are the sandbox's own, capped (size, inodes, terminals).
+    options = {m.split()[4]: m.split(" - ")[1] for m in mounts}
+    assert "nr_inodes=65536" in options["/home/user"] and "size=1048576k" in options["/home/user"]
+    assert "nr_inodes=4096" in options["/tmp"]
+    assert options["/dev/pts"].startswith("devpts") and "max=64" in options["/dev/pts"]
 
 
 def _cgroup_dirs(pid: int) -> dict[str, Path]:

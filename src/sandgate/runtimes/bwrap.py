@@ -69,13 +69,19 @@ from sandgate.runtimes._cgroups import (
     detect,
     missing_message,
 )
+from sandgate.runtimes._devpts import TTY_GID
 from sandgate.runtimes._rootfs import resolve_rootfs
 from sandgate.runtimes._seccomp import compile_profile
 from sandgate.runtimes.base import (
     GUEST_DIR_IN_SANDBOX,
+    GUEST_OOM_SCORE_ADJ,
+    ROOT_HOME_MB,
+    SHM_MB,
     RuntimeSandbox,
     RuntimeState,
     SandboxSpec,
+    inode_limit,
+    memory_limit_bytes,
 )
 from sandgate.runtimes.docker import GUEST_CAPABILITIES
 
@@ -366,7 +372,7 @@ class BwrapRuntime:
         _write_state(state_dir, state)
         cgroup.create(
             CgroupLimits(
-                memory_bytes=spec.memory_mb * 1024 * 1024,
+                memory_bytes=memory_limit_bytes(spec),
                 pids=spec.pids_limit,
                 cpus=spec.cpu_count,
             )
@@ -374,7 +380,7 @@ class BwrapRuntime:
         # SECURITY: the sandbox's root (host uid ``base``) owns its own directory, so the guest
         # can create its socket there; nothing else on the host is given to that uid.
         os.chown(spec.host_dir, base, base)
-        stage = _stage(spec.sandbox_id, base, rootfs, spec.host_dir)
+        stage = _stage(spec, base, rootfs)
         run_dir = Path("/run/user") / str(base)
         run_dir.parent.mkdir(exist_ok=True, mode=0o755)
         with contextlib.suppress(FileExistsError):
@@ -465,7 +471,7 @@ class BwrapRuntime:
                 for pid in (monitor, child):
                     cgroup.add(pid)
             for pid in (monitor, child):
-                Path(f"/proc/{pid}/oom_score_adj").write_text("1000")
+                Path(f"/proc/{pid}/oom_score_adj").write_text(str(GUEST_OOM_SCORE_ADJ))
             state["started"] = True
             _write_state(state_dir, state)
             os.write(block_w, b"1")
@@ -510,10 +516,11 @@ class BwrapRuntime:
             "--ro-bind", str(stage / "root"), "/",
             "--proc", "/proc",
             "--dev", "/dev",
-            "--size", str(spec.tmp_size_mb * mib), "--perms", "1777", "--tmpfs", "/tmp",
-            "--size", str(64 * mib), "--perms", "1777", "--tmpfs", "/dev/shm",
-            "--size", str(spec.disk_size_mb * mib), "--perms", "0755", "--tmpfs", spec.home_dir,
-            "--size", str(16 * mib), "--perms", "0700", "--tmpfs", "/root",
+            "--dev-bind", str(stage / "pts"), "/dev/pts",
+            "--bind", str(stage / "tmp"), "/tmp",
+            "--size", str(SHM_MB * mib), "--perms", "1777", "--tmpfs", "/dev/shm",
+            "--bind", str(stage / "home"), spec.home_dir,
+            "--size", str(ROOT_HOME_MB * mib), "--perms", "0700", "--tmpfs", "/root",
         ]  # fmt: skip
         if (rootfs / "run" / "user").is_dir():
             argv += ["--size", str(mib), "--perms", "0755", "--tmpfs", "/run/user"]
@@ -723,30 +730,62 @@ def _load_state(state_dir: Path) -> dict[str, Any]:
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _MS_BIND = 4096
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_NOEXEC = 8
 _MNT_DETACH = 2
+#: What ``_stage`` mounts under a sandbox's stage directory.
+_STAGED = ("root", "run", "home", "tmp", "pts")
 
 
-def _stage(sandbox_id: str, uid: int, rootfs: Path, host_dir: Path) -> Path:
-    """Bind-mounts ``rootfs`` and ``host_dir`` at ``<stage>/root`` and ``<stage>/run``, where
-    ``<stage>`` is mode 0700 and owned by the sandbox's root uid."""
+def _stage(spec: SandboxSpec, uid: int, rootfs: Path) -> Path:
+    """Prepares ``<stage>`` (mode 0700, owned by the sandbox's root uid ``uid``) with what
+    bubblewrap binds into the sandbox: ``root`` (the template's tree) and ``run`` (the
+    sandbox's directory), bind mounts; ``home`` and ``tmp``, tmpfs with size *and* inode caps
+    (bubblewrap's own ``--tmpfs`` has no inode option); ``pts``, a devpts instance of its own
+    capped at ``max_ptys`` (RES-14). Owners are host uids of the sandbox's range, so inside they
+    are the sandbox's user (home) and root (``/tmp``), and ``tty`` for terminals."""
     _STAGE_DIR.mkdir(parents=True, exist_ok=True)
     for path in (_RUN_DIR, _STAGE_DIR):
         path.chmod(0o711)
-    stage = _STAGE_DIR / sandbox_id
+    stage = _STAGE_DIR / spec.sandbox_id
     stage.mkdir(mode=0o700)
     os.chown(stage, uid, uid)
-    for source, name in ((rootfs, "root"), (host_dir, "run")):
-        target = stage / name
-        target.mkdir()
-        if _libc.mount(bytes(source), bytes(target), None, _MS_BIND, None) != 0:
-            error = ctypes.get_errno()
-            raise RuntimeUnavailable(f"bwrap runtime: cannot bind {source}: {os.strerror(error)}")
+    try:
+        for source, name in ((rootfs, "root"), (spec.host_dir, "run")):
+            _mount(bytes(source), stage / name, None, _MS_BIND, None)
+        user = uid + spec.home_uid
+        home = (
+            f"size={spec.disk_size_mb}m,nr_inodes={inode_limit(spec.disk_size_mb)},"
+            f"mode=0755,uid={user},gid={user}"
+        )
+        tmp = f"size={spec.tmp_size_mb}m,nr_inodes={inode_limit(spec.tmp_size_mb)},mode=1777"
+        tmp += f",uid={uid},gid={uid}"
+        flags = _MS_NOSUID | _MS_NODEV
+        _mount(b"tmpfs", stage / "home", b"tmpfs", flags, home.encode())
+        _mount(b"tmpfs", stage / "tmp", b"tmpfs", flags, tmp.encode())
+        pts = f"newinstance,max={spec.max_ptys},ptmxmode=0666,mode=0620,gid={uid + TTY_GID}"
+        _mount(b"devpts", stage / "pts", b"devpts", _MS_NOSUID | _MS_NOEXEC, pts.encode())
+    except BaseException:
+        _unstage(spec.sandbox_id)
+        raise
     return stage
+
+
+def _mount(
+    source: bytes, target: Path, fstype: bytes | None, flags: int, options: bytes | None
+) -> None:
+    target.mkdir()
+    if _libc.mount(source, bytes(target), fstype, flags, options) != 0:
+        error = ctypes.get_errno()
+        raise RuntimeUnavailable(
+            f"bwrap runtime: cannot mount {source.decode()} at {target}: {os.strerror(error)}"
+        )
 
 
 def _unstage(sandbox_id: str) -> None:
     stage = _STAGE_DIR / sandbox_id
-    for name in ("root", "run"):
+    for name in _STAGED:
         target = stage / name
         if target.is_dir():
             _libc.umount2(bytes(target), _MNT_DETACH)
