@@ -52,6 +52,8 @@ class CgroupHost:
     version: int
     mounts: dict[str, Path]
     missing: tuple[str, ...]
+    #: The cgroup2 mount (v2 only).
+    root: Path = _ROOT
 
 
 def detect(mountinfo: str | None = None) -> CgroupHost:
@@ -89,7 +91,7 @@ class SandboxCgroup:
         self.host = host
         self.name = name
         if host.version == 2:
-            self._dirs = {"unified": _ROOT / _PARENT / name}
+            self._dirs = {"unified": host.root / _PARENT / name}
         else:
             self._dirs = {c: host.mounts[c] / _PARENT / name for c in REQUIRED_V1}
 
@@ -130,10 +132,11 @@ class SandboxCgroup:
         _write(cpu / "cpu.cfs_quota_us", str(limits.cpus * 100000))
 
     def _create_v2(self, limits: CgroupLimits) -> None:
-        parent = _ROOT / _PARENT
+        root = self.host.root
+        parent = root / _PARENT
         parent.mkdir(exist_ok=True)
         wanted = " ".join(f"+{c}" for c in REQUIRED_V2)
-        _write(_ROOT / "cgroup.subtree_control", wanted)
+        _write(root / "cgroup.subtree_control", wanted)
         _write(parent / "cgroup.subtree_control", wanted)
         path = self._dirs["unified"]
         path.mkdir()
