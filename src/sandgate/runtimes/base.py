@@ -27,6 +27,20 @@ _INODE_BYTES = 1024
 #: biggest of its own processes, not the guest that serves it.
 GUEST_OOM_SCORE_ADJ = 500
 
+#: The sandbox's first process, on every runtime (``python3 -I -S -c``; argv: the zipapp, then
+#: the guest's own options). Start-up is most of a cold create, so: no shell in front, no
+#: ``runpy``; -S skips ``site`` and the image's ``.pth`` files; ``ssl`` is blocked because
+#: asyncio imports it (loading libssl/libcrypto, ~10 ms and several MiB) while the guest never
+#: speaks TLS (it relays bytes; TLS is the gateway's business). asyncio supports Pythons
+#: without ``ssl``; guest code that imports it fails loudly.
+GUEST_BOOT = (
+    "import sys\n"
+    "sys.modules['ssl'] = None\n"
+    "sys.path.insert(0, sys.argv.pop(1))\n"
+    "from sandgate.guest.daemon import main\n"
+    "main()\n"
+)
+
 
 class RuntimeState(Enum):
     """What the runtime reports about a sandbox it manages."""
@@ -117,3 +131,13 @@ def memory_limit_bytes(spec: SandboxSpec) -> int:
     filesystems_mb = spec.disk_size_mb + spec.tmp_size_mb + SHM_MB + ROOT_HOME_MB
     inodes = inode_limit(spec.disk_size_mb) + inode_limit(spec.tmp_size_mb)
     return (spec.memory_mb + filesystems_mb) * _MIB + inodes * _INODE_BYTES
+
+
+def guest_command() -> list[str]:
+    """The argv that starts the guest daemon inside a sandbox."""
+    guest = GUEST_DIR_IN_SANDBOX
+    return [
+        "python3", "-I", "-S", "-c", GUEST_BOOT, f"{guest}/guest.pyz",
+        "--socket", f"{guest}/guest.sock",
+        "--config", f"{guest}/guest.json",
+    ]  # fmt: skip

@@ -80,6 +80,7 @@ from sandgate.runtimes.base import (
     RuntimeSandbox,
     RuntimeState,
     SandboxSpec,
+    guest_command,
     inode_limit,
     memory_limit_bytes,
 )
@@ -114,23 +115,6 @@ _INFO_TIMEOUT_S = 10.0
 _HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tsandbox\n"
 _STATE_FILE = "state.json"
 _UTIL_LINUX = ("setpriv", "setsid", "nsenter", "prlimit")
-#: The sandbox's first process (``python3 -I -S -c``; argv: home, its uid, the zipapp, then the
-#: guest's own options): chowns the home, then runs the daemon from the zipapp. Start-up is
-#: most of a cold create, so every step here is chosen for it: this replaces ``sh -c 'chown …
-#: && exec python3 guest.pyz'`` (two execs, and ``runpy``); -S skips ``site`` and the image's
-#: ``.pth`` files; ``ssl`` is blocked because asyncio imports it (loading libssl/libcrypto,
-#: ~10 ms) while the guest never speaks TLS (it relays bytes; TLS is the gateway's business).
-#: asyncio supports Pythons without ``ssl``; guest code that imports it fails loudly here.
-_GUEST_BOOT = (
-    "import os, sys\n"
-    "sys.modules['ssl'] = None\n"
-    "home, uid, pyz = sys.argv[1:4]\n"
-    "del sys.argv[1:4]\n"
-    "os.chown(home, int(uid), int(uid))\n"
-    "sys.path.insert(0, pyz)\n"
-    "from sandgate.guest.daemon import main\n"
-    "main()\n"
-)
 
 
 @dataclass(frozen=True)
@@ -530,15 +514,7 @@ class BwrapRuntime:
             argv += ["--perms", "0644", "--ro-bind-data", str(hostname_fd), "/etc/hostname"]
         chdir = workdir if (rootfs / workdir.lstrip("/")).is_dir() else "/"
         argv += ["--chdir", chdir, "--seccomp", str(seccomp_fd), "--"]
-        # The home tmpfs is made by bubblewrap as the sandbox's root; the guest's first act
-        # hands it to its user (Docker's ``uid=`` tmpfs option does the same).
-        guest = GUEST_DIR_IN_SANDBOX
-        argv += [
-            "python3", "-I", "-S", "-c", _GUEST_BOOT,
-            spec.home_dir, str(spec.home_uid), f"{guest}/guest.pyz",
-            "--socket", f"{guest}/guest.sock",
-            "--config", f"{guest}/guest.json",
-        ]  # fmt: skip
+        argv += guest_command()
         return argv
 
     # -- kill, pause, list ----------------------------------------------------------------

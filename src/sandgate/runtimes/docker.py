@@ -45,6 +45,7 @@ from sandgate.runtimes.base import (
     RuntimeSandbox,
     RuntimeState,
     SandboxSpec,
+    guest_command,
     inode_limit,
     memory_limit_bytes,
 )
@@ -170,19 +171,10 @@ class DockerRuntime:
         return result
 
     def _run_arguments(self, spec: SandboxSpec) -> dict[str, Any]:
-        guest = f"{GUEST_DIR_IN_SANDBOX}/guest.pyz"
         tmpfs_opts = "rw,nosuid,nodev"
         return {
             "image": spec.image_ref,
-            "command": [
-                "python3",
-                "-I",
-                guest,
-                "--socket",
-                f"{GUEST_DIR_IN_SANDBOX}/guest.sock",
-                "--config",
-                f"{GUEST_DIR_IN_SANDBOX}/guest.json",
-            ],
+            "command": guest_command(),
             "name": _name(spec.sandbox_id),
             "hostname": "sandbox",
             "labels": {
