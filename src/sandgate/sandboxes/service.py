@@ -70,8 +70,9 @@ class CreateRequest:
     cpu_count: int | None = None
     memory_mb: int | None = None
     allow_internet_access: bool = False
-    #: Egress asked for by the caller, ``{"allow_out": [...], "deny_out": [...]}``; the
-    #: egress hook checks it against the operator's ceiling (``egress.api_allow_out``).
+    #: The caller's ``network`` options: egress (``allow_out``/``deny_out``, which the egress
+    #: hook checks against ``egress.api_allow_out``) and ``allow_public_traffic`` (ports that
+    #: need no traffic token).
     network: dict[str, Any] | None = None
 
 
