@@ -78,10 +78,19 @@ class ExecExecutor:
     ) -> tuple[tuple[bytes, bool], bytes, int]:
         if process.stdin is None or process.stdout is None or process.stderr is None:
             raise ToolFailed("tool process has no pipes")
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            process.stdin.write(json.dumps(arguments).encode())
-            await process.stdin.drain()
-            process.stdin.close()
+        stdin = process.stdin
+        try:
+            # A tool need not read its arguments: it may have exited and closed the pipe.
+            if not stdin.is_closing():
+                stdin.write(json.dumps(arguments).encode())
+                await stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        except RuntimeError:
+            if not stdin.is_closing():  # uvloop's word for "the reader is gone"
+                raise
+        finally:
+            stdin.close()
         out, (err, _) = await asyncio.gather(
             read_bounded(process.stdout, limit), read_bounded(process.stderr, _STDERR_LIMIT)
         )
