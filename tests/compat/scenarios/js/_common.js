@@ -85,15 +85,17 @@ function now() {
 
 // Runs a scenario and prints its JSON result as the last line of stdout. An unexpected error
 // prints its stack on stderr and exits with status 1.
+// Exits once the result is written: an SDK call that failed may leave its request timer
+// armed (runCode skips clearTimeout when the server answers an error), which would keep Node
+// alive for the whole request timeout after the scenario is done.
 function run(scenario) {
   scenario(process.argv.slice(2)).then(
     (result) => {
       result.versions = sdkVersions()
-      process.stdout.write(JSON.stringify(result) + '\n')
+      process.stdout.write(JSON.stringify(result) + '\n', () => process.exit(0))
     },
     (err) => {
-      process.stderr.write(`${(err && err.stack) || err}\n`)
-      process.exitCode = 1
+      process.stderr.write(`${(err && err.stack) || err}\n`, () => process.exit(1))
     },
   )
 }
