@@ -121,10 +121,14 @@ class EgressRule(_Section):
                 f"host '{self.host}' must be a name, '*.domain', '*' or an IP address "
                 "(no 'example.*', no URL, no userinfo)"
             )
-        for port in self.ports:
-            if not 0 < port < 65536:
-                raise ValueError(f"port {port} is not in 1..65535")
+        _check_ports(self.ports)
         return self
+
+
+def _check_ports(ports: list[int]) -> None:
+    for port in ports:
+        if not 0 < port < 65536:
+            raise ValueError(f"port {port} is not in 1..65535")
 
 
 def _is_ip(text: str) -> bool:
@@ -166,9 +170,7 @@ class SecretBinding(_Section):
                     f"secret '{self.secret}': host '{host}' must be a name or '*.domain' "
                     "(a secret is only ever sent to named hosts over verified TLS)"
                 )
-        for port in self.ports:
-            if not 0 < port < 65536:
-                raise ValueError(f"port {port} is not in 1..65535")
+        _check_ports(self.ports)
         for header in self.headers:
             if not _HEADER.match(header) or header.lower() in _UNSUBSTITUTABLE:
                 raise ValueError(

@@ -31,22 +31,14 @@ import h11
 from sandgate.egress.names import InvalidHost, canonical_host
 from sandgate.egress.placeholders import SandboxSecrets, Scrubber, SecretUnavailable
 from sandgate.egress.refusal import Refused
-from sandgate.egress.request import MAX_HEAD, BadRequest, check_framing, parse_head
+from sandgate.egress.request import HOP_BY_HOP, MAX_HEAD, BadRequest, check_framing, parse_head
 
 __all__ = ["Exchange", "TlsServerStream", "exchange"]
 
 _CHUNK: Final = 64 * 1024
 _HANDSHAKE_TIMEOUT_S: Final = 15.0
-_DROP_REQUEST: Final = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"proxy-authorization",
-        b"te",
-        b"trailer",
-    }
-)
+#: Hop-by-hop and proxy headers; ``Host`` stays (it was checked), ``Upgrade`` was refused.
+_DROP_REQUEST: Final = HOP_BY_HOP - {b"host"}
 _DROP_RESPONSE: Final = frozenset({b"connection", b"keep-alive", b"proxy-connection"})
 
 

@@ -15,6 +15,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 __all__ = [
+    "HOP_BY_HOP",
     "MAX_HEAD",
     "BadRequest",
     "Head",
@@ -29,7 +30,7 @@ __all__ = [
 MAX_HEAD: Final = 16 * 1024
 _TOKEN = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _VERSION = re.compile(rb"^HTTP/1\.[01]$")
-_HOP_BY_HOP: Final = frozenset(
+HOP_BY_HOP: Final = frozenset(
     {
         b"connection",
         b"keep-alive",
@@ -170,6 +171,6 @@ def _plain(head: Head) -> ProxyRequest:
         path += "?" + url.query
     authority = url.netloc if port != 80 or url.netloc.endswith(":80") else host
     out = [f"{method} {path} ".encode() + version, b"Host: " + authority.encode()]
-    out += [name + b": " + v for n, name, v in headers if n not in _HOP_BY_HOP | named]
+    out += [name + b": " + v for n, name, v in headers if n not in HOP_BY_HOP | named]
     out.append(b"Connection: close")
     return ProxyRequest(method, host, port, b"\r\n".join(out) + b"\r\n\r\n")

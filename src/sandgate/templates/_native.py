@@ -39,7 +39,14 @@ from ._builder import staged_context as _staged
 from ._digest import package_list, rootfs_digest, template_digest
 from ._dockerfile import Instruction, expand, key_values, parse_dockerfile
 from ._progress import BuildStep, ProgressCallback, ignore_progress
-from ._rootfs import DEFAULT_MIRROR, SUITE, VARIANT, bootstrap_tree, remove_tree
+from ._rootfs import (
+    DEFAULT_MIRROR,
+    SUITE,
+    VARIANT,
+    bootstrap_tree,
+    remove_tree,
+    run_streaming,
+)
 from ._spec import SHIPPED_TEMPLATES, TemplateSpec, default_images_dir
 from .errors import TemplateBuildError
 
@@ -248,28 +255,12 @@ class NativeTemplateBuilder:
         for key, value in {"HOME": "/root", **env}.items():
             argv += ["--setenv", key, value]
         argv += ["/bin/sh", "-c", step.text]
-        tail: list[str] = []
-        with subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        ) as process:
-            assert process.stdout is not None
-            try:
-                for line in process.stdout:
-                    tail = [*tail[-30:], line.rstrip()]
-                    self._on_progress(BuildStep.BUILD, None, line.rstrip()[:200])
-            except BaseException:
-                process.kill()
-                raise
-        if process.returncode != 0:
-            output = "\n".join(tail[-15:])
+        code, output = run_streaming(
+            argv, lambda line: self._on_progress(BuildStep.BUILD, None, line[:200])
+        )
+        if code != 0:
             raise TemplateBuildError(
-                f"RUN at line {step.line} failed (exit {process.returncode}); last output:\n"
-                f"{output}"
+                f"RUN at line {step.line} failed (exit {code}); last output:\n{output}"
             )
 
 

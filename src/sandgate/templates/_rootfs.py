@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ._docker import DockerImages
@@ -29,6 +29,7 @@ __all__ = [
     "bootstrap_rootfs",
     "bootstrap_tree",
     "remove_tree",
+    "run_streaming",
 ]
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -122,9 +123,22 @@ def _run_debootstrap(
     ]
     on_progress(BuildStep.DEBOOTSTRAP, 0.0, f"debootstrap {SUITE} from {mirror}")
     tracker = _DebootstrapTracker()
+
+    def on_line(line: str) -> None:
+        on_progress(BuildStep.DEBOOTSTRAP, tracker.feed(line), line.removeprefix("I: "))
+
+    code, output = run_streaming(command, on_line)
+    if code != 0:
+        raise TemplateBuildError(f"debootstrap failed (exit {code}); last output:\n{output}")
+    on_progress(BuildStep.DEBOOTSTRAP, 1.0, "root filesystem ready")
+
+
+def run_streaming(argv: list[str], on_line: Callable[[str], None]) -> tuple[int, str]:
+    """Runs ``argv`` (stdout and stderr merged), handing each line to ``on_line``; returns the
+    exit status and the last 15 lines, for an error message. Killed if interrupted."""
     tail: list[str] = []
     with subprocess.Popen(
-        command,
+        argv,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -133,20 +147,14 @@ def _run_debootstrap(
     ) as process:
         assert process.stdout is not None
         try:
-            for line in process.stdout:
-                line = line.rstrip()
-                tail = [*tail[-30:], line]
-                fraction = tracker.feed(line)
-                on_progress(BuildStep.DEBOOTSTRAP, fraction, line.removeprefix("I: "))
+            for raw in process.stdout:
+                line = raw.rstrip()
+                tail = [*tail[-14:], line]
+                on_line(line)
         except BaseException:
             process.kill()
             raise
-    if process.returncode != 0:
-        output = "\n".join(tail[-15:])
-        raise TemplateBuildError(
-            f"debootstrap failed (exit {process.returncode}); last output:\n{output}"
-        )
-    on_progress(BuildStep.DEBOOTSTRAP, 1.0, "root filesystem ready")
+    return process.returncode, "\n".join(tail)
 
 
 class _DebootstrapTracker:

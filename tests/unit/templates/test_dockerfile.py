@@ -76,3 +76,13 @@ def test_paths_cannot_leave_the_tree(tmp_path: Path) -> None:
         _inside(root, "/../../etc")
     with pytest.raises(TemplateBuildError, match="leaves"):
         _inside(root, "/escape/outside")
+
+
+def test_run_streaming_hands_over_lines_and_keeps_the_tail() -> None:
+    from sandgate.templates._rootfs import run_streaming
+
+    seen: list[str] = []
+    code, tail = run_streaming(["sh", "-c", "seq 1 20; echo oops >&2; exit 3"], seen.append)
+    assert code == 3
+    assert seen == [str(i) for i in range(1, 21)] + ["oops"]
+    assert tail.splitlines() == [str(i) for i in range(7, 21)] + ["oops"]
