@@ -36,14 +36,16 @@ def run(
     user: str | None = None,
     timeout_ms: int | None = None,
     client: httpx.Client | None = None,
+    envs: dict[str, str] | None = None,
 ) -> CommandResult:
     """Runs ``bash -l -c command`` like ``commands.run`` does and collects its output.
 
     ``client`` reuses a connection pool (and its TLS context) as an SDK does; without one,
     each call builds its own client (tens of ms on a small VM, most of it the SSL context)."""
-    payload = json.dumps(
-        {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", command]}, "stdin": False}
-    ).encode()
+    process: dict[str, Any] = {"cmd": "/bin/bash", "args": ["-l", "-c", command]}
+    if envs:
+        process["envs"] = envs
+    payload = json.dumps({"process": process, "stdin": False}).encode()
     headers = {
         **envd_headers(sandbox_id, token),
         "content-type": "application/connect+json",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sandgate.runtimes.docker import GUEST_CAPABILITIES
+from sandgate.runtimes.base import GUEST_CAPABILITIES
 
 _CAP_BITS = {
     "CHOWN": 0,
@@ -20,9 +20,9 @@ GUEST_MASK = sum(1 << _CAP_BITS[name] for name in GUEST_CAPABILITIES)
 
 _MIB = 1024 * 1024
 #: The cgroup memory limit of a sandbox on default limits (docs/operations.md): 512 MiB for
-#: processes, plus the in-memory file systems at full size (home 1024, /tmp 64, /dev/shm 64,
-#: /root 16 MiB) and 1 KiB for each of their inodes (64 per MiB of home and /tmp).
-DEFAULT_MEMORY_LIMIT = (512 + 1024 + 64 + 64 + 16) * _MIB + (1024 + 64) * 64 * 1024
+#: processes, plus the in-memory file systems at full size (its disk, 2048 MiB, and /dev/shm,
+#: 64 MiB) and 1 KiB for each of their inodes (64 per MiB).
+DEFAULT_MEMORY_LIMIT = (512 + 2048 + 64) * _MIB + (2048 + 64) * 64 * 1024
 
 
 def proc_status(pid: int) -> dict[str, str]:

@@ -29,7 +29,7 @@ def native_rootfs() -> Path:
     if not any(path.glob("by-name/sandgate_template-base_*.json")):
         pytest.fail(
             f"no engine-less base template in {path}: run scripts/test, or "
-            f"SANDGATE_RUNTIME__BWRAP__ROOTFS_DIR={path} sandgate templates build base "
+            f"SANDGATE_RUNTIME__ROOTFS_DIR={path} sandgate templates build base "
             "--engine native"
         )
     return path
@@ -41,7 +41,7 @@ def test_cli_lists_the_native_template_as_current(native_rootfs: Path) -> None:
         env={
             **os.environ,
             **_NO_DOCKER,
-            "SANDGATE_RUNTIME__BWRAP__ROOTFS_DIR": str(native_rootfs),
+            "SANDGATE_RUNTIME__ROOTFS_DIR": str(native_rootfs),
             "COLUMNS": "200",
         },
         capture_output=True,
@@ -106,7 +106,7 @@ def test_doctor_without_an_engine_is_not_a_failure(native_rootfs: Path, tmp_path
             **os.environ,
             **_NO_DOCKER,
             "SANDGATE_HOME": str(tmp_path),
-            "SANDGATE_RUNTIME__BWRAP__ROOTFS_DIR": str(native_rootfs),
+            "SANDGATE_RUNTIME__ROOTFS_DIR": str(native_rootfs),
             "COLUMNS": "250",
         },
         capture_output=True,

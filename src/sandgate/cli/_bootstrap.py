@@ -61,7 +61,7 @@ def ensure_shipped_templates(config: Config, store: Store, *, build: bool) -> No
 
 
 def _ensure_native(config: Config, store: Store, *, build: bool) -> None:
-    rootfs_dir = config.runtime.bwrap.rootfs_dir or config.home_dir / "rootfs"
+    rootfs_dir = config.rootfs_dir
     mirror = config.templates.mirror
     try:
         probe = NativeTemplateBuilder(rootfs_dir, mirror=mirror)

@@ -109,15 +109,7 @@ def run_checks(config_path: Any = None) -> list[Check]:
                 "" if "seccomp" in options else "install a Docker build with seccomp support",
             )
         )
-        userns = "userns" in options
-        checks.append(
-            Check(
-                "user namespaces",
-                "ok" if userns else "warn",
-                "userns-remap on" if userns else "off: root in a sandbox is root on the host's uid",
-                "" if userns else 'set "userns-remap": "default" in /etc/docker/daemon.json',
-            )
-        )
+        checks.extend(_identity_checks(info))
         try:
             builder = TemplateBuilder(client, source=cfg.templates.source)
             for name in SHIPPED_TEMPLATES:
@@ -148,8 +140,44 @@ def run_checks(config_path: Any = None) -> list[Check]:
     return checks
 
 
+def _identity_checks(info: dict[str, Any]) -> list[Check]:
+    """Docker sandboxes get a user namespace and uid range of their own through Sandgate's
+    OCI runtime shim (``runtimes/oci_shim.py``), over an idmapped copy-on-write root."""
+    import json
+
+    from sandgate.runtimes._bwrap_host import check_layers
+    from sandgate.runtimes._oci_install import RUNTIME_NAME, daemon_snippet
+
+    entry = (info.get("Runtimes") or {}).get(RUNTIME_NAME) or {}
+    expected = daemon_snippet()["runtimes"][RUNTIME_NAME]["path"]
+    registered = isinstance(entry, dict) and entry.get("path") == expected
+    checks = [
+        Check(
+            "docker: per-sandbox user namespaces",
+            "ok" if registered else "warn",
+            f"runtime '{RUNTIME_NAME}' -> {expected}"
+            if registered
+            else f"the engine has no '{RUNTIME_NAME}' runtime yet",
+            ""
+            if registered
+            else "`sandgate serve` (as root, local engine) registers it; or add to "
+            f"daemon.json: {json.dumps(daemon_snippet())}",
+        )
+    ]
+    layers = check_layers()
+    checks.append(
+        Check(
+            "docker: " + layers.feature,
+            "ok" if layers.ok else "fail",
+            layers.detail,
+            layers.fix,
+        )
+    )
+    return checks
+
+
 def _native_template_checks(cfg: Any) -> list[Check]:
-    rootfs_dir = cfg.runtime.bwrap.rootfs_dir or cfg.home_dir / "rootfs"
+    rootfs_dir = cfg.rootfs_dir
     builder = NativeTemplateBuilder(rootfs_dir, mirror=cfg.templates.mirror)
     checks = []
     for name in SHIPPED_TEMPLATES:

@@ -89,7 +89,7 @@ def _builder(
             _docker_client(), source=source, mirror=mirror, on_progress=on_progress
         )
     config = load(None)
-    rootfs_dir = config.runtime.bwrap.rootfs_dir or config.home_dir / "rootfs"
+    rootfs_dir = config.rootfs_dir
     return NativeTemplateBuilder(rootfs_dir, mirror=mirror, on_progress=on_progress)
 
 

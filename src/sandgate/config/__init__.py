@@ -28,12 +28,12 @@ from sandgate.config._gateway import (
 )
 from sandgate.config._load import load_config
 from sandgate.config._model import (
-    BwrapConfig,
     Config,
     DockerConfig,
     LimitsConfig,
     LoggingConfig,
     RuntimeConfig,
+    SandboxConfig,
     ServerConfig,
     StoreConfig,
     TemplatesConfig,
@@ -47,7 +47,6 @@ __all__ = [
     "ArgCondition",
     "AuditConfig",
     "BuiltinTool",
-    "BwrapConfig",
     "Config",
     "DockerConfig",
     "EgressConfig",
@@ -64,6 +63,7 @@ __all__ = [
     "PythonTool",
     "RateLimit",
     "RuntimeConfig",
+    "SandboxConfig",
     "SecretBinding",
     "SecretSource",
     "ServerConfig",

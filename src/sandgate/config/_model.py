@@ -50,23 +50,21 @@ class StoreConfig(_Section):
 
 
 class DockerConfig(_Section):
-    #: OCI runtime: ``runc`` (default) or ``runsc`` for the gVisor tier.
+    #: The OCI runtime Sandgate's shim hands containers to (a name on PATH or a path); the
+    #: engine itself runs Docker sandboxes with its ``sandgate`` runtime (the shim).
     oci_runtime: str = "runc"
     #: Docker engine address; empty means the environment's default (``DOCKER_HOST`` or the
     #: local socket).
     base_url: str = ""
 
 
-class BwrapConfig(_Section):
-    #: Where template root file systems are kept (exported from Docker images, or placed by
-    #: hand under ``by-name/``); empty means ``$SANDGATE_HOME/rootfs``.
-    rootfs_dir: Path | None = None
-
-
 class RuntimeConfig(_Section):
     kind: Literal["auto", "docker", "bwrap"] = "auto"
+    #: Where template root file systems are kept (exported from Docker images, built without
+    #: an engine, or placed by hand under ``by-name/``); every sandbox's root is a
+    #: copy-on-write layer over one of them. Empty means ``$SANDGATE_HOME/rootfs``.
+    rootfs_dir: Path | None = None
     docker: DockerConfig = DockerConfig()
-    bwrap: BwrapConfig = BwrapConfig()
 
 
 class LimitsConfig(_Section):
@@ -78,9 +76,12 @@ class LimitsConfig(_Section):
     max_cpu_count: int = Field(4, ge=1)
     default_memory_mb: int = Field(512, ge=64)
     max_memory_mb: int = Field(8192, ge=64)
-    disk_size_mb: int = Field(1024, ge=16)
+    #: Each sandbox's disk: its copy-on-write layer over the template (every path it writes,
+    #: home and /tmp included), capped in bytes and inodes (one per 16 KiB). It is held in
+    #: memory and counted in the sandbox's memory cgroup on top of its memory; filling it is
+    #: ENOSPC inside the sandbox, never host disk pressure.
+    disk_mib: int = Field(2048, ge=32)
     pids_limit: int = Field(256, ge=16)
-    tmp_size_mb: int = Field(64, ge=1)
     nofile: int = Field(1024, ge=64)
     #: Pseudo-terminals per sandbox (PTY sessions, terminals opened by code inside).
     max_ptys: int = Field(64, ge=4, le=1024)
@@ -107,6 +108,15 @@ class TemplatesConfig(_Section):
     warm_pool: dict[str, int] = Field(default_factory=dict)
 
 
+class SandboxConfig(_Section):
+    """What code inside every sandbox may do to its own machine."""
+
+    #: ``sudo`` (passwordless, as on E2B) gives root of the sandbox's own user namespace: an
+    #: unprivileged host uid that owns nothing outside the sandbox. Off: ``sudo`` refuses and
+    #: only the API's ``user="root"`` runs as root.
+    sudo: bool = True
+
+
 class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     json_logs: bool = False
@@ -120,6 +130,7 @@ class Config(_Section):
     store: StoreConfig = StoreConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     limits: LimitsConfig = LimitsConfig()
+    sandbox: SandboxConfig = SandboxConfig()
     templates: TemplatesConfig = TemplatesConfig()
     logging: LoggingConfig = LoggingConfig()
     # Tool gateway (config/_gateway.py).
@@ -152,6 +163,11 @@ class Config(_Section):
     @property
     def home_dir(self) -> Path:
         return self.home.expanduser()
+
+    @property
+    def rootfs_dir(self) -> Path:
+        """Where template root file systems live (``runtime.rootfs_dir``)."""
+        return (self.runtime.rootfs_dir or self.home / "rootfs").expanduser()
 
     @property
     def store_url(self) -> str:

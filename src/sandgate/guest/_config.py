@@ -21,6 +21,8 @@ class GuestConfig:
     exit_retention_s: float = 30.0
     #: Port of the egress relay on 127.0.0.1 (``_egress``); 0 runs no relay.
     egress_proxy_port: int = 0
+    #: Whether ``sudo`` inside the sandbox may run commands as root (``_sudo``).
+    sudo: bool = True
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> GuestConfig:
@@ -44,7 +46,10 @@ class GuestConfig:
             raise ValueError("config: egress_proxy_port must be an integer")
         if not 0 <= proxy_port < 65536:
             raise ValueError("config: egress_proxy_port must be in 0..65535")
-        return cls(dict(envs), user, workdir, max_processes, float(retention), proxy_port)
+        sudo = data.get("sudo", True)
+        if not isinstance(sudo, bool):
+            raise ValueError("config: sudo must be true or false")
+        return cls(dict(envs), user, workdir, max_processes, float(retention), proxy_port, sudo)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +59,7 @@ class GuestConfig:
             "max_processes": self.max_processes,
             "exit_retention_s": self.exit_retention_s,
             "egress_proxy_port": self.egress_proxy_port,
+            "sudo": self.sudo,
         }
 
     @classmethod

@@ -197,10 +197,29 @@ class _Connection:
         self.writer.transport.abort()
 
 
-async def _unary(path: str, request: dict[str, Any]) -> dict[str, Any]:
+#: How long a one-shot call waits for the guest's answer. The guest answers unary calls at
+#: once (file operations stream instead); a guest that does not answer in this time is
+#: unreachable, and the caller gets a clear error instead of a hang.
+UNARY_TIMEOUT_S = 30.0
+
+
+#: A recursive remove of a big tree is the one unary call that may take long.
+_REMOVE_TIMEOUT_S = 600.0
+
+
+async def _unary(
+    path: str, request: dict[str, Any], timeout_s: float | None = UNARY_TIMEOUT_S
+) -> dict[str, Any]:
+    """One request, one answer. ``timeout_s=None`` waits as long as the guest works on it
+    (stdin writes wait for the process to read: that is backpressure, not a hang)."""
     conn = await _Connection.open(path, request)
     try:
-        return await conn.read_reply()
+        async with asyncio.timeout(timeout_s):
+            return await conn.read_reply()
+    except TimeoutError:
+        raise GuestUnavailable(
+            f"the sandbox's guest did not answer within {timeout_s:g}s"
+        ) from None
     finally:
         conn.close()
 
@@ -354,9 +373,9 @@ class GuestClient:
 
     # ---- health and environment
 
-    async def ping(self) -> dict[str, Any]:
+    async def ping(self, *, timeout_s: float = UNARY_TIMEOUT_S) -> dict[str, Any]:
         """``{"ok": true, "version": 1, "pid": N}``; the readiness check."""
-        return await _unary(self.socket_path, {"op": "ping"})
+        return await _unary(self.socket_path, {"op": "ping"}, timeout_s)
 
     async def envs(self) -> dict[str, str]:
         """The sandbox-level environment variables."""
@@ -448,7 +467,7 @@ class GuestClient:
             "pty": pty,
             **_selector(pid, tag),
         }
-        await _unary(self.socket_path, request)
+        await _unary(self.socket_path, request, None)
 
     async def close_stdin(self, *, pid: int | None = None, tag: str | None = None) -> None:
         await _unary(self.socket_path, {"op": "close_stdin", **_selector(pid, tag)})
@@ -494,7 +513,8 @@ class GuestClient:
 
     async def remove(self, path: str, *, user: str | None = None) -> None:
         """Removes a file or a whole tree; a missing path is not an error."""
-        await _unary(self.socket_path, _with_user({"op": "remove", "path": path}, user))
+        request = _with_user({"op": "remove", "path": path}, user)
+        await _unary(self.socket_path, request, _REMOVE_TIMEOUT_S)
 
     async def read_file(
         self,

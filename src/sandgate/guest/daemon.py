@@ -1,20 +1,27 @@
-"""``sandgate-guest``: the daemon inside every sandbox.
+"""``sandgate-guest``: the daemon inside every sandbox, its PID 1.
 
-Trust: whoever can connect to the socket is the gateway and is trusted completely (the socket
-is mode 0600, owned by root, in a directory only the gateway and this daemon reach). Everything
-inside the sandbox — processes, files, other users — is untrusted.
+Trust: whoever can connect to the socket is the gateway and is trusted completely: the
+runtime binds the listening socket on the host (mode 0600, owned by host root, which nothing in
+the sandbox maps to) and hands it to this daemon as an inherited fd, so nothing inside can
+connect to it, and the sandbox's view of its directory is read-only. Everything inside the
+sandbox — processes, files, other users, its root — is untrusted.
 
 Enforced here: work on behalf of a user runs with that user's uid/gids (processes are forked
 and drop privileges before exec; file operations run in a per-user worker process that has
 dropped privileges, see ``_worker``); malformed input closes only its own connection; memory
-per connection is bounded. Not done here: resource limits, network policy, seccomp (the
-runtime), authentication of E2B clients (the gateway).
+per connection is bounded. As PID 1 of the sandbox's pid namespace the daemon cannot be killed
+or stopped from inside (the kernel delivers no signal to a namespace's init that it has no
+handler for, and it handles only SIGCHLD there); it is not dumpable, so the sandbox's root
+cannot read or write its memory through ``/proc``; a worker that sandbox code stops is killed
+and replaced, so a stopped worker never hangs a request. Not done here: resource limits,
+network policy, seccomp (the runtime), authentication of E2B clients (the gateway).
 
 Shape: one asyncio loop and *no threads*, so forking children and workers is safe. One
 request per connection: the daemon reads exactly the first frame (never more, so a file
 upload's DATA frames stay in the socket for the worker) and dispatches it.
 
-Usage: ``python3 -I guest.pyz --socket /run/sandgate/guest.sock --config /run/sandgate/guest.json``
+Usage: ``python3 -I guest.pyz --listen-fd 3 --config /run/sandgate/guest.json`` (or
+``--socket PATH`` to bind a socket itself, for tests and local runs)
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from ._files import FILE_OPS
 from ._log import log
 from ._process import SUBSCRIBER_HIGH_WATER, Process, ProcessTable, SpawnSpec, decode_input
 from ._splice import splice
+from ._sudo import SudoServer
 from ._users import User, lookup_user
 from ._worker import MAX_WORKER_MESSAGE, run_worker
 from .protocol import (
@@ -68,18 +76,23 @@ class Daemon:
         self.config = config
         self.loop = asyncio.get_running_loop()
         self.processes = ProcessTable(config)
+        self.sudo = SudoServer(self.loop, enabled=config.sudo, max_running=config.max_processes)
         self.workers: dict[str, _Worker] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.stopping = asyncio.Event()
 
     # ---- lifecycle
 
-    async def serve(self, socket_path: str) -> None:
-        listener = _listen(socket_path)
+    async def serve(self, listener: socket.socket) -> None:
+        listener.setblocking(False)
         self.loop.add_signal_handler(signal.SIGCHLD, self.reap)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(sig, self.stopping.set)
+        if os.getpid() != 1:
+            # SECURITY: as the sandbox's PID 1 the daemon installs no handler a process inside
+            # could trigger to stop it; the runtime kills it with SIGKILL from outside.
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self.loop.add_signal_handler(sig, self.stopping.set)
         self.reap()
+        self.sudo.start()
         try:
             self._worker_for(lookup_user(self.config.default_user))
         except OpError:
@@ -87,7 +100,7 @@ class Daemon:
         relay = None
         if self.config.egress_proxy_port:
             relay = await start_relay(self.config.egress_proxy_port, EGRESS_SOCKET)
-        log("started", socket=socket_path, version=PROTOCOL_VERSION)
+        log("started", pid=os.getpid(), version=PROTOCOL_VERSION)
         accept = asyncio.ensure_future(self._accept(listener))
         await self.stopping.wait()
         accept.cancel()
@@ -95,6 +108,7 @@ class Daemon:
         if relay is not None:
             relay.close()
         self.processes.kill_all()
+        self.sudo.close()
         for worker in self.workers.values():
             worker.ctrl.close()
         log("stopped")
@@ -114,12 +128,15 @@ class Daemon:
     def reap(self) -> None:
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG | os.WUNTRACED)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
-            if self.processes.on_child_exit(pid, status):
+            if os.WIFSTOPPED(status):
+                self._on_stopped(pid)
+                continue
+            if self.processes.on_child_exit(pid, status) or self.sudo.on_child_exit(pid, status):
                 continue
             for name, worker in list(self.workers.items()):
                 if worker.pid == pid:
@@ -127,6 +144,19 @@ class Daemon:
                     worker.ctrl.close()
                     del self.workers[name]
                     log("worker_exited", user=name, status=status)
+
+    def _on_stopped(self, pid: int) -> None:
+        """A child was stopped (SIGSTOP/SIGTSTP from sandbox code). A worker must never sit
+        stopped with requests queued for it: it is killed, and the next request gets a new
+        one. Anything else stopped is the sandbox's own business."""
+        for worker in self.workers.values():
+            if worker.pid == pid:
+                log("worker_stopped", user=worker.user.name)
+                worker.alive = False
+                worker.ctrl.close()
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                return
 
     # ---- one connection
 
@@ -367,7 +397,7 @@ _HANDLERS: dict[str, Any] = {
 
 def _listen(path: str) -> socket.socket:
     """Binds under a temporary name and renames into place: a client that can connect to
-    ``path`` always reaches a daemon that is listening."""
+    ``path`` always reaches a daemon that is listening (``--socket``, outside sandboxes)."""
     temp = f"{path}.{os.getpid()}.tmp"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(temp)
@@ -394,24 +424,44 @@ def _ensure_std_fds() -> None:
                 os.close(null)
 
 
-async def _run(socket_path: str, config: GuestConfig) -> None:
-    await Daemon(config).serve(socket_path)
+async def _run(listener: socket.socket, config: GuestConfig) -> None:
+    await Daemon(config).serve(listener)
+
+
+def _not_dumpable() -> None:
+    """SECURITY: PR_SET_DUMPABLE 0: /proc/<guest>/mem and friends then need CAP_SYS_PTRACE in
+    the sandbox's user namespace, which nothing inside has; the workers it forks inherit it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    except (ImportError, OSError, AttributeError) as exc:
+        log("not_dumpable_failed", error=str(exc))
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Parses the command line, loads the config and serves until SIGTERM/SIGINT."""
+    """Parses the command line, loads the config and serves (until SIGTERM/SIGINT, unless
+    it is PID 1, which only the runtime ends)."""
     parser = argparse.ArgumentParser(prog="sandgate-guest")
-    parser.add_argument("--socket", required=True, help="Unix socket to listen on")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--listen-fd", type=int, help="inherited listening Unix socket")
+    where.add_argument("--socket", help="Unix socket path to bind and listen on")
     parser.add_argument("--config", required=True, help="guest.json written by the host")
     args = parser.parse_args(argv)
     _ensure_std_fds()
     os.umask(0o022)
+    _not_dumpable()
     try:
         config = GuestConfig.load(args.config)
     except (OSError, ValueError) as exc:
         log("bad_config", path=args.config, error=str(exc))
         sys.exit(2)
-    asyncio.run(_run(args.socket, config))
+    if args.listen_fd is not None:
+        listener = socket.socket(fileno=args.listen_fd)
+        os.set_inheritable(listener.fileno(), False)
+    else:
+        listener = _listen(args.socket)
+    asyncio.run(_run(listener, config))
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ __all__ = [
     "OUTPUT_CHUNK",
     "PROTOCOL_VERSION",
     "PTY_CHUNK",
+    "SUDO_SOCKET",
     "Kind",
     "decode_json",
     "encode_frame",
@@ -85,6 +86,9 @@ FILE_CHUNK: Final = 1024 * 1024
 #: gateway socket it relays each connection to (served by ``sandgate.egress``).
 EGRESS_PROXY_PORT: Final = 3128
 EGRESS_SOCKET: Final = "/run/sandgate/egress.sock"
+#: Where the guest takes ``sudo`` requests from processes inside the sandbox: an abstract Unix
+#: socket, so it exists only in the sandbox's own network namespace (``_sudo``).
+SUDO_SOCKET: Final = "\0sandgate-sudo"
 
 ERROR_CODES: Final = frozenset(
     {

@@ -7,6 +7,7 @@ from sandgate.runtimes.base import (
     RuntimeSandbox,
     RuntimeState,
     SandboxSpec,
+    sandbox_seeds,
 )
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "RuntimeState",
     "SandboxSpec",
     "by_name_dir",
+    "sandbox_seeds",
 ]

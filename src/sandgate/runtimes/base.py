@@ -13,15 +13,46 @@ from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
+from sandgate.runtimes._stage import Seed, inode_limit
+
+__all__ = [
+    "GUEST_BOOT",
+    "GUEST_CAPABILITIES",
+    "GUEST_DIR_IN_SANDBOX",
+    "GUEST_LISTEN_FD",
+    "GUEST_OOM_SCORE_ADJ",
+    "GUEST_SOCKET",
+    "SHM_MB",
+    "SUDO_SHIM",
+    "Runtime",
+    "RuntimeSandbox",
+    "RuntimeState",
+    "SandboxSpec",
+    "guest_command",
+    "inode_limit",
+    "memory_limit_bytes",
+    "sandbox_seeds",
+]
+
 GUEST_DIR_IN_SANDBOX = "/run/sandgate"
+#: The guest's listening socket, created on the host (never by the sandbox): the gateway
+#: connects to ``<host dir>/guest.sock``; the guest receives the listening fd at start.
+GUEST_SOCKET = "guest.sock"
+#: The fd number the guest finds its listening socket on.
+GUEST_LISTEN_FD = 3
 _MIB = 1024 * 1024
-#: Sizes of the small in-memory file systems every sandbox has (``/dev/shm``, ``/root``).
+#: Size of every sandbox's ``/dev/shm``.
 SHM_MB = 64
-ROOT_HOME_MB = 16
-#: Inodes per MiB of an in-memory file system: one per 16 KiB, ext4's default ratio.
-INODES_PER_MB = 64
 #: Kernel memory budgeted per tmpfs inode (inode and dentry), charged to the sandbox.
 _INODE_BYTES = 1024
+
+#: SECURITY: the complete capability set of a sandbox's guest, on every runtime, all of them
+#: relative to the sandbox's own user namespace (its root is an unprivileged host uid that owns
+#: nothing outside the sandbox): ``SETUID``/``SETGID`` (switch to the selected user),
+#: ``CHOWN``/``FOWNER``/``DAC_OVERRIDE``/``FSETID`` (root's file operations inside its own
+#: tree), ``KILL`` (signal processes of other users). Processes of the default user hold none;
+#: root's processes (``user="root"``, ``sudo``) hold these and nothing else.
+GUEST_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
 #: ``oom_score_adj`` of a sandbox's guest daemon; everything it starts gets ``PROCESS_OOM``.
 #: Both are above the host's processes (0), and a sandbox that runs out of memory loses the
 #: biggest of its own processes, not the guest that serves it.
@@ -60,14 +91,15 @@ class SandboxSpec:
     host_dir: Path
     cpu_count: int
     memory_mb: int
-    disk_size_mb: int
+    #: The sandbox's disk: its copy-on-write layer over the template (bytes and inodes).
+    disk_mib: int
     pids_limit: int
-    tmp_size_mb: int
     nofile: int
-    home_dir: str = "/home/user"
-    home_uid: int = 1000
     #: Pseudo-terminals the sandbox may hold at once (its own devpts instance).
     max_ptys: int = 64
+    #: Files the runtime writes into the sandbox's layer before it starts (``/etc/hosts``,
+    #: the ``sudo`` shim); see ``sandbox_seeds``.
+    seeds: tuple[Seed, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -114,30 +146,54 @@ class Runtime(Protocol):
         ...
 
 
-def inode_limit(size_mb: int) -> int:
-    """``nr_inodes`` for an in-memory file system of ``size_mb`` MiB."""
-    return max(size_mb * INODES_PER_MB, 4096)
-
-
 def memory_limit_bytes(spec: SandboxSpec) -> int:
     """The sandbox's cgroup memory limit (swap included, i.e. none): what its processes may
     use (``memory_mb``) plus its in-memory file systems at their full size, inodes included.
 
-    Why: a sandbox's files live in RAM (tmpfs) and are charged to its cgroup. Counted inside
-    ``memory_mb``, a download bigger than the memory limit would make the kernel OOM-kill
-    processes until the guest itself goes, leaving a sandbox nobody can reach. With the file
-    systems budgeted on top, a full disk answers ENOSPC and the processes keep ``memory_mb``.
+    Why: a sandbox's disk (its copy-on-write layer) and ``/dev/shm`` live in RAM (tmpfs) and
+    are charged to its cgroup. Counted inside ``memory_mb``, a download bigger than the memory
+    limit would make the kernel OOM-kill processes until the guest itself goes, leaving a
+    sandbox nobody can reach. With the file systems budgeted on top, a full disk answers
+    ENOSPC and the processes keep ``memory_mb``.
     """
-    filesystems_mb = spec.disk_size_mb + spec.tmp_size_mb + SHM_MB + ROOT_HOME_MB
-    inodes = inode_limit(spec.disk_size_mb) + inode_limit(spec.tmp_size_mb)
+    filesystems_mb = spec.disk_mib + SHM_MB
+    inodes = inode_limit(spec.disk_mib) + inode_limit(SHM_MB)
     return (spec.memory_mb + filesystems_mb) * _MIB + inodes * _INODE_BYTES
 
 
-def guest_command() -> list[str]:
-    """The argv that starts the guest daemon inside a sandbox."""
+def guest_command(listen_fd: int = GUEST_LISTEN_FD) -> list[str]:
+    """The argv that starts the guest daemon inside a sandbox (as its PID 1), serving the
+    listening socket it inherits as ``listen_fd``."""
     guest = GUEST_DIR_IN_SANDBOX
     return [
         "python3", "-I", "-S", "-c", GUEST_BOOT, f"{guest}/guest.pyz",
-        "--socket", f"{guest}/guest.sock",
+        "--listen-fd", str(listen_fd),
         "--config", f"{guest}/guest.json",
     ]  # fmt: skip
+
+
+_HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tsandbox\n"
+#: ``/usr/bin/sudo`` in every sandbox: passwordless root *inside the sandbox's own user
+#: namespace*, granted by the guest (which already runs commands as root on the API's behalf)
+#: instead of a setuid binary, so every mount stays ``nosuid`` and every process keeps
+#: ``no_new_privs``. The operator turns it off with ``sandbox.sudo: false`` (the guest refuses).
+SUDO_SHIM = f"""#!/bin/sh
+# Sandgate: sudo asks this sandbox's guest to run the command as root inside the sandbox.
+code='import sys; sys.path.insert(0, "{GUEST_DIR_IN_SANDBOX}/guest.pyz")'
+code="$code; from sandgate.guest.sudo import main; main()"
+for py in /usr/bin/python3 /usr/local/bin/python3; do
+    [ -x "$py" ] && exec "$py" -I -S -c "$code" "$@"
+done
+command -v python3 >/dev/null 2>&1 && exec python3 -I -S -c "$code" "$@"
+echo "sudo: python3 is not installed in this sandbox" >&2
+exit 1
+"""
+
+
+def sandbox_seeds() -> tuple[Seed, ...]:
+    """The files every sandbox's layer starts with, on every runtime."""
+    return (
+        Seed("etc/hosts", _HOSTS.encode()),
+        Seed("etc/hostname", b"sandbox\n"),
+        Seed("usr/bin/sudo", SUDO_SHIM.encode(), 0o755),
+    )

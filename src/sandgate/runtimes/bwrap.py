@@ -5,30 +5,29 @@ as root) is trusted. What this module enforces, as defaults no config can weaken
 
 * **Namespaces**: new user, mount, pid, ipc, uts, net and cgroup namespaces; the network
   namespace holds only ``lo``.
-* **A distinct host uid range per sandbox**: the user namespace maps sandbox ids 0..65535 to
-  host ``UID_BASE + slot * 65536`` onwards. bubblewrap runs *as* the range's first uid (so it
-  has no host privilege), blocks on ``--userns-block-fd`` while this module, as root, writes
-  the multi-id ``uid_map``/``gid_map`` (plain ``bwrap --uid`` maps one id; the guest must switch
-  between root and ``user``). Root in a sandbox is therefore an unprivileged host uid, and two
-  sandboxes never share a uid (MT-06, per-uid kernel limits).
-* **No nested user namespaces**: before bubblewrap continues, this module sets
-  ``user.max_user_namespaces=0`` *inside* the sandbox's user namespace (from a helper that
-  joins it), which nothing inside can raise (no ``CAP_SYS_RESOURCE``, ``/proc/sys`` read-only);
-  ``--assert-userns-disabled`` makes bubblewrap verify it, and the seccomp filter also refuses
-  ``unshare``/``setns``/``clone(CLONE_NEW*)``. bubblewrap's own ``--disable-userns`` is not used:
-  it nests a second user namespace that maps a single id.
-* **Capabilities**: ``--cap-drop ALL`` plus the guest's set (``GUEST_CAPABILITIES``, the same as
-  Docker's, all relative to the sandbox's user namespace); bubblewrap's PID 1 holds none;
-  processes of the default user hold none (setuid away from root clears them).
+* **A distinct host uid range per sandbox** (``_uids``): the user namespace maps sandbox ids
+  0..65535 to a range no host user and no other sandbox has. bubblewrap runs *as* the range's
+  first uid (so it has no host privilege and the namespace's owner, to whom per-user kernel
+  counts are charged, is the sandbox's own uid), blocks on ``--userns-block-fd`` while this
+  module, as root, writes the multi-id ``uid_map``/``gid_map`` (plain ``bwrap --uid`` maps one
+  id; the guest must switch between root and ``user``).
+* **No nested user namespaces**: before bubblewrap continues, ``user.max_user_namespaces=0`` is
+  set *inside* the sandbox's user namespace (from a helper that joins it), which nothing inside
+  can raise; ``--assert-userns-disabled`` makes bubblewrap verify it, and the seccomp filter
+  also refuses ``unshare``/``setns``/``clone(CLONE_NEW*)``.
+* **Capabilities**: ``--cap-drop ALL`` plus ``GUEST_CAPABILITIES``, all relative to the
+  sandbox's user namespace; processes of the default user hold none.
 * **no_new_privs** and a **seccomp** filter from ``profiles/bwrap-seccomp.json`` (libseccomp),
-  installed by bubblewrap in PID 1 and the guest; foreign-arch/x32 calls kill.
-* **Cgroup** per sandbox (v1 or v2): memory = memory+swap, pids, CPU; the freezer for pause;
-  kill = every process of the cgroup (RES-10). rlimits: nofile, core=0, fsize (the disk size),
-  ``oom_score_adj=1000``.
-* **File system**: the template's root file system read-only (all bubblewrap mounts are
-  ``nosuid``, devices only in the minimal ``--dev``); bounded tmpfs for ``/tmp``, ``/dev/shm``,
-  the user's home, ``/root``; the only host directory is the sandbox's own, at
-  ``/run/sandgate``; bind sources are opened by root and passed as file descriptors.
+  installed by bubblewrap; foreign-arch/x32 calls kill.
+* **Cgroup** per sandbox (v1 or v2): memory = memory+swap (processes plus the disk), pids, CPU;
+  the freezer for pause; kill = every process of the cgroup (RES-10). rlimits: nofile, core=0.
+* **File system** (``_stage``): a writable root that is the sandbox's own copy-on-write layer
+  of ``limits.disk_mib`` over the template (idmapped, read-only); ``nosuid``/``nodev``
+  everywhere; a devpts instance of its own; the sandbox's host directory read-only at
+  ``/run/sandgate``; bind sources are under a stage directory only the sandbox's root uid (and
+  root) can enter.
+* **The guest is PID 1** (``--as-pid-1``): nothing inside can signal or stop it; its listening
+  socket is bound by the gateway, mode 0600, so nothing inside can connect to it either.
 * ``--new-session`` (no controlling terminal; TIOCSTI also filtered), ``--clearenv``.
 
 Deliberate difference from the reference invocation: no ``--die-with-parent``. Sandboxes must
@@ -37,8 +36,7 @@ the gateway's child; the state under ``$SANDGATE_HOME/bwrap/<id>/`` lets :meth:`
 them again, and the service kills those nobody wants.
 
 Left to other layers: who may create sandboxes (the control plane), egress (the gateway),
-disk quotas beyond tmpfs sizes, Landlock (not used). The gateway must run as root; rootless
-operation (``newuidmap`` + delegated cgroups) is not supported.
+Landlock (not used). The gateway must run as root; rootless operation is not supported.
 """
 
 from __future__ import annotations
@@ -46,45 +44,50 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import ctypes
 import json
 import os
-import re
 import select
 import shutil
 import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sandgate.errors import RuntimeUnavailable
-from sandgate.runtimes._cgroups import (
-    CgroupHost,
-    CgroupLimits,
-    SandboxCgroup,
-    detect,
-    missing_message,
+from sandgate.runtimes._bwrap_host import (
+    BWRAP_MIN_VERSION,
+    Requirement,
+    bwrap_version,
+    check_host,
+    unavailable_message,
 )
-from sandgate.runtimes._devpts import TTY_GID
+from sandgate.runtimes._cgroups import CgroupHost, CgroupLimits, SandboxCgroup, detect
 from sandgate.runtimes._rootfs import resolve_rootfs
 from sandgate.runtimes._seccomp import compile_profile
+from sandgate.runtimes._stage import Stage, stage_sandbox, unstage
+from sandgate.runtimes._uids import (
+    UID_BASE,
+    UIDS_PER_SANDBOX,
+    claim_slot,
+    release_slot,
+    uid_base,
+)
 from sandgate.runtimes.base import (
+    GUEST_CAPABILITIES,
     GUEST_DIR_IN_SANDBOX,
     GUEST_OOM_SCORE_ADJ,
-    ROOT_HOME_MB,
+    GUEST_SOCKET,
     SHM_MB,
     RuntimeSandbox,
     RuntimeState,
     SandboxSpec,
     guest_command,
-    inode_limit,
     memory_limit_bytes,
 )
-from sandgate.runtimes.docker import GUEST_CAPABILITIES
+from sandgate.runtimes.oci_shim import bind_listener
 
 __all__ = [
     "BWRAP_MIN_VERSION",
@@ -93,158 +96,13 @@ __all__ = [
     "BwrapRuntime",
     "Requirement",
     "check_host",
+    "unavailable_message",
 ]
 
 T = TypeVar("T")
 
-#: First host uid given to sandboxes; slot ``n`` owns ``UID_BASE + n * UIDS_PER_SANDBOX`` onwards.
-UID_BASE = 1_000_000_000
-UIDS_PER_SANDBOX = 65536
-_MAX_SLOTS = 16384  # keeps every mapped id below 2**31
-#: Host-wide claims on uid slots (one file per live sandbox, of any Sandgate instance).
-_RUN_DIR = Path("/run/sandgate-bwrap")
-_CLAIMS_DIR = _RUN_DIR / "uids"
-#: Per-sandbox bind mounts of its root file system and host directory, in a directory only the
-#: sandbox's root uid can enter: bubblewrap resolves bind sources as that uid, and the gateway's
-#: home (e.g. ``/root/.sandgate``) is not searchable by it.
-_STAGE_DIR = _RUN_DIR / "stage"
-#: A uid below every slot, used only to probe whether unprivileged user namespaces work.
-_PROBE_UID = UID_BASE - 1
-BWRAP_MIN_VERSION = (0, 8, 0)
 _INFO_TIMEOUT_S = 10.0
-_HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tsandbox\n"
 _STATE_FILE = "state.json"
-_UTIL_LINUX = ("setpriv", "setsid", "nsenter", "prlimit")
-
-
-@dataclass(frozen=True)
-class Requirement:
-    """One isolation feature the bwrap runtime needs, whether this host has it, and the fix."""
-
-    feature: str
-    ok: bool
-    detail: str
-    fix: str = ""
-
-
-def check_host() -> list[Requirement]:
-    """Probes every feature the bwrap runtime requires (a few ms; runs ``bwrap`` once)."""
-    found: list[Requirement] = []
-    bwrap = shutil.which("bwrap")
-    version = _bwrap_version(bwrap) if bwrap else None
-    if bwrap is None or version is None:
-        found.append(
-            Requirement("bubblewrap", False, "not installed", "apt-get install bubblewrap")
-        )
-    else:
-        text = ".".join(map(str, version))
-        ok = version >= BWRAP_MIN_VERSION
-        need = ".".join(map(str, BWRAP_MIN_VERSION))
-        found.append(
-            Requirement(
-                "bubblewrap",
-                ok,
-                f"{bwrap} {text}",
-                "" if ok else f"install bubblewrap >= {need} (--assert-userns-disabled)",
-            )
-        )
-    root = os.geteuid() == 0
-    found.append(
-        Requirement(
-            "root",
-            root,
-            "running as root" if root else f"running as uid {os.geteuid()}",
-            ""
-            if root
-            else "run `sandgate serve` as root: the runtime writes uid maps and "
-            "cgroups (rootless operation is not supported)",
-        )
-    )
-    tools = [t for t in _UTIL_LINUX if shutil.which(t) is None]
-    found.append(
-        Requirement(
-            "util-linux",
-            not tools,
-            ", ".join(_UTIL_LINUX) if not tools else f"missing: {', '.join(tools)}",
-            "" if not tools else "apt-get install util-linux",
-        )
-    )
-    if bwrap is not None and root and not tools:
-        found.append(_check_userns(bwrap))
-    found.append(_check_seccomp())
-    host = detect()
-    found.append(
-        Requirement(
-            f"cgroup v{host.version} controllers",
-            not host.missing,
-            ", ".join(sorted(host.mounts)),
-            missing_message(host) if host.missing else "",
-        )
-    )
-    return found
-
-
-def _bwrap_version(bwrap: str) -> tuple[int, ...] | None:
-    try:
-        out = subprocess.run(
-            [bwrap, "--version"], capture_output=True, text=True, timeout=10, check=False
-        ).stdout
-    except OSError:
-        return None
-    match = re.search(r"(\d+)\.(\d+)\.(\d+)", out)
-    return tuple(int(p) for p in match.groups()) if match else None
-
-
-def _check_userns(bwrap: str) -> Requirement:
-    try:
-        proc = subprocess.run(
-            [bwrap, "--unshare-user", "--ro-bind", "/", "/", "--", "/bin/true"],
-            user=_PROBE_UID,
-            group=_PROBE_UID,
-            extra_groups=[],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-            cwd="/",
-        )
-        ok, why = proc.returncode == 0, proc.stderr.strip()
-    except OSError as exc:
-        ok, why = False, str(exc)
-    if ok:
-        return Requirement("user namespaces", True, "unprivileged uids can create them")
-    fix = "allow unprivileged user namespaces"
-    if _sysctl("kernel/apparmor_restrict_unprivileged_userns") == "1":
-        fix = (
-            "Ubuntu restricts them with AppArmor: add a profile for /usr/bin/bwrap with "
-            "`userns,` (see docs/operations.md), or `sysctl -w "
-            "kernel.apparmor_restrict_unprivileged_userns=0`"
-        )
-    elif _sysctl("kernel/unprivileged_userns_clone") == "0":
-        fix = "sysctl -w kernel.unprivileged_userns_clone=1"
-    elif _sysctl("user/max_user_namespaces") == "0":
-        fix = "sysctl -w user.max_user_namespaces=15000"
-    return Requirement("user namespaces", False, f"blocked ({why[:200]})", fix)
-
-
-def _check_seccomp() -> Requirement:
-    status = Path("/proc/self/status").read_text()
-    if "Seccomp:" not in status:
-        return Requirement(
-            "seccomp", False, "the kernel has no seccomp", "use a kernel with CONFIG_SECCOMP"
-        )
-    try:
-        size = len(compile_profile()) // 8
-    except RuntimeUnavailable as exc:
-        return Requirement("seccomp", False, exc.message, "apt-get install libseccomp2")
-    return Requirement("seccomp", True, f"filter of {size} instructions (libseccomp)")
-
-
-def _sysctl(name: str) -> str | None:
-    try:
-        return Path("/proc/sys", name).read_text().strip()
-    except OSError:
-        return None
 
 
 class BwrapRuntime:
@@ -304,7 +162,7 @@ class BwrapRuntime:
             if failing:
                 raise RuntimeUnavailable(unavailable_message(failing))
             self._cgroups = detect()
-            version = _bwrap_version(shutil.which("bwrap") or "bwrap") or (0,)
+            version = bwrap_version(shutil.which("bwrap") or "bwrap") or (0,)
             self._checked = "bubblewrap " + ".".join(map(str, version))
         return self._checked
 
@@ -340,8 +198,8 @@ class BwrapRuntime:
         workdir: str,
         state_dir: Path,
     ) -> str:
-        slot = _claim_slot(state_dir)
-        base = UID_BASE + slot * UIDS_PER_SANDBOX
+        slot = claim_slot(state_dir)
+        base = uid_base(slot)
         cgroup = SandboxCgroup(self._cgroup_host, spec.sandbox_id)
         state: dict[str, Any] = {
             "sandbox_id": spec.sandbox_id,
@@ -361,56 +219,54 @@ class BwrapRuntime:
                 cpus=spec.cpu_count,
             )
         )
-        # SECURITY: the sandbox's root (host uid ``base``) owns its own directory, so the guest
-        # can create its socket there; nothing else on the host is given to that uid.
-        os.chown(spec.host_dir, base, base)
-        stage = _stage(spec, base, rootfs)
-        run_dir = Path("/run/user") / str(base)
-        run_dir.parent.mkdir(exist_ok=True, mode=0o755)
-        with contextlib.suppress(FileExistsError):
-            run_dir.mkdir(mode=0o700)
-        os.chown(run_dir, base, base)
-
+        stage = stage_sandbox(
+            spec.sandbox_id,
+            base=base,
+            tree=rootfs,
+            host_dir=spec.host_dir,
+            disk_mib=spec.disk_mib,
+            max_ptys=spec.max_ptys,
+            seeds=spec.seeds,
+            info={"instance": self._instance_id, "runtime": "bwrap", "slot": slot},
+        )
         fds: list[int] = []
         try:
+            listener = bind_listener(spec.host_dir / GUEST_SOCKET)
+            listen_fd = listener.detach()
+            os.set_inheritable(listen_fd, True)
+            fds.append(listen_fd)
             info_r, info_w = os.pipe()
             block_r, block_w = os.pipe()
             fds += [info_r, info_w, block_r, block_w]
             seccomp_fd = _memfd("seccomp", compile_profile())
             fds.append(seccomp_fd)
-            hosts_fd = _memfd("hosts", _HOSTS.encode())
-            fds.append(hosts_fd)
-            hostname_fd = _memfd("hostname", b"sandbox\n")
-            fds.append(hostname_fd)
             env = {**image_env, "LANG": "C.UTF-8", "HOME": "/root", "HOSTNAME": "sandbox"}
             argv = self._argv(
                 spec,
-                rootfs,
+                stage,
                 env,
                 workdir,
                 info_w=info_w,
                 block_r=block_r,
-                stage=stage,
                 seccomp_fd=seccomp_fd,
-                hosts_fd=hosts_fd,
-                hostname_fd=hostname_fd,
+                listen_fd=listen_fd,
             )
-            log_fd = os.open(state_dir / "guest.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            # The guest's log lives on the sandbox's own disk: bounded by its quota, gone with
+            # it, invisible inside (the guest is PID 1 and not dumpable).
+            log_fd = os.open(stage.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             fds.append(log_fd)
-            disk = spec.disk_size_mb * 1024 * 1024
             # rlimits are set by the launched process on itself (lowering needs no privilege)
             # and inherited by everything in the sandbox.
             limits = [
                 shutil.which("prlimit") or "prlimit",
                 f"--nofile={spec.nofile}:{spec.nofile}",
                 "--core=0:0",
-                f"--fsize={disk}:{disk}",
                 "--",
             ]
             # SECURITY: ``setpriv`` drops to the range's first uid/gid with no supplementary
             # groups (real, effective and saved ids; root's capabilities go with uid 0) before
-            # anything else runs, exactly what ``Popen(user=, group=, extra_groups=[])`` did;
-            # doing it in the child instead lets Popen use vfork, not a fork of the gateway.
+            # anything else runs; doing it in the child instead lets Popen use vfork, not a fork
+            # of the gateway.
             drop = [
                 shutil.which("setpriv") or "setpriv",
                 f"--reuid={base}",
@@ -420,7 +276,7 @@ class BwrapRuntime:
             ]
             launcher = subprocess.Popen(
                 [*drop, shutil.which("setsid") or "setsid", "--fork", *limits, *argv],
-                pass_fds=(info_w, block_r, seccomp_fd, hosts_fd, hostname_fd),
+                pass_fds=(info_w, block_r, seccomp_fd, listen_fd),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log_fd,
@@ -434,10 +290,10 @@ class BwrapRuntime:
             with contextlib.suppress(OSError):
                 cgroup.add(launcher.pid)
             launcher.wait()
-            for fd in (info_w, block_r):
+            for fd in (info_w, block_r, listen_fd):
                 os.close(fd)
                 fds.remove(fd)
-            child = _read_child_pid(info_r, state_dir / "guest.log")
+            child = _read_child_pid(info_r, stage.log)
             monitor = _parent_pid(child)
             state.update(
                 init_pid=child,
@@ -468,16 +324,14 @@ class BwrapRuntime:
     def _argv(
         self,
         spec: SandboxSpec,
-        rootfs: Path,
+        stage: Stage,
         env: dict[str, str],
         workdir: str,
         *,
         info_w: int,
         block_r: int,
-        stage: Path,
         seccomp_fd: int,
-        hosts_fd: int,
-        hostname_fd: int,
+        listen_fd: int,
     ) -> builtins.list[str]:
         mib = 1024 * 1024
         argv = [
@@ -488,6 +342,7 @@ class BwrapRuntime:
             "--info-fd", str(info_w),
             "--assert-userns-disabled",
             "--new-session",
+            "--as-pid-1",
             "--cap-drop", "ALL",
         ]  # fmt: skip
         for cap in GUEST_CAPABILITIES:
@@ -497,24 +352,16 @@ class BwrapRuntime:
             argv += ["--setenv", key, value]
         argv += [
             "--hostname", "sandbox",
-            "--ro-bind", str(stage / "root"), "/",
+            "--bind", str(stage.root), "/",
             "--proc", "/proc",
             "--dev", "/dev",
-            "--dev-bind", str(stage / "pts"), "/dev/pts",
-            "--bind", str(stage / "tmp"), "/tmp",
+            "--dev-bind", str(stage.pts), "/dev/pts",
             "--size", str(SHM_MB * mib), "--perms", "1777", "--tmpfs", "/dev/shm",
-            "--bind", str(stage / "home"), spec.home_dir,
-            "--size", str(ROOT_HOME_MB * mib), "--perms", "0700", "--tmpfs", "/root",
+            "--ro-bind", str(stage.run), GUEST_DIR_IN_SANDBOX,
         ]  # fmt: skip
-        if (rootfs / "run" / "user").is_dir():
-            argv += ["--size", str(mib), "--perms", "0755", "--tmpfs", "/run/user"]
-        argv += ["--bind", str(stage / "run"), GUEST_DIR_IN_SANDBOX]
-        argv += ["--perms", "0644", "--ro-bind-data", str(hosts_fd), "/etc/hosts"]
-        if (rootfs / "etc" / "hostname").is_file():
-            argv += ["--perms", "0644", "--ro-bind-data", str(hostname_fd), "/etc/hostname"]
-        chdir = workdir if (rootfs / workdir.lstrip("/")).is_dir() else "/"
+        chdir = workdir if (stage.root / workdir.lstrip("/")).is_dir() else "/"
         argv += ["--chdir", chdir, "--seccomp", str(seccomp_fd), "--"]
-        argv += guest_command()
+        argv += guest_command(listen_fd)
         return argv
 
     # -- kill, pause, list ----------------------------------------------------------------
@@ -532,11 +379,10 @@ class BwrapRuntime:
         cgroup = SandboxCgroup(self._cgroup_host, sandbox_id)
         cgroup.kill_all()
         cgroup.remove()
+        unstage(sandbox_id)
         slot = state.get("slot")
         if isinstance(slot, int):
-            shutil.rmtree(Path("/run/user") / str(UID_BASE + slot * UIDS_PER_SANDBOX), True)
-            _release_slot(slot, state_dir)
-        _unstage(sandbox_id)
+            release_slot(slot, state_dir)
         shutil.rmtree(state_dir, ignore_errors=True)
 
     def _live_cgroup(self, sandbox_id: str) -> SandboxCgroup:
@@ -580,14 +426,6 @@ class BwrapRuntime:
             return await asyncio.to_thread(func)
         except OSError as exc:
             raise RuntimeUnavailable(f"bwrap runtime: {exc}") from None
-
-
-def unavailable_message(failing: list[Requirement]) -> str:
-    parts = [f"{r.feature}: {r.detail}" + (f" (fix: {r.fix})" if r.fix else "") for r in failing]
-    return (
-        "the bwrap runtime cannot isolate sandboxes on this host, so none are started: "
-        + "; ".join(parts)
-    )
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -702,121 +540,3 @@ def _load_state(state_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_MS_BIND = 4096
-_MS_NOSUID = 2
-_MS_NODEV = 4
-_MS_NOEXEC = 8
-_MNT_DETACH = 2
-#: What ``_stage`` mounts under a sandbox's stage directory.
-_STAGED = ("root", "run", "home", "tmp", "pts")
-
-
-def _stage(spec: SandboxSpec, uid: int, rootfs: Path) -> Path:
-    """Prepares ``<stage>`` (mode 0700, owned by the sandbox's root uid ``uid``) with what
-    bubblewrap binds into the sandbox: ``root`` (the template's tree) and ``run`` (the
-    sandbox's directory), bind mounts; ``home`` and ``tmp``, tmpfs with size *and* inode caps
-    (bubblewrap's own ``--tmpfs`` has no inode option); ``pts``, a devpts instance of its own
-    capped at ``max_ptys`` (RES-14). Owners are host uids of the sandbox's range, so inside they
-    are the sandbox's user (home) and root (``/tmp``), and ``tty`` for terminals."""
-    _STAGE_DIR.mkdir(parents=True, exist_ok=True)
-    for path in (_RUN_DIR, _STAGE_DIR):
-        path.chmod(0o711)
-    stage = _STAGE_DIR / spec.sandbox_id
-    stage.mkdir(mode=0o700)
-    os.chown(stage, uid, uid)
-    try:
-        for source, name in ((rootfs, "root"), (spec.host_dir, "run")):
-            _mount(bytes(source), stage / name, None, _MS_BIND, None)
-        user = uid + spec.home_uid
-        home = (
-            f"size={spec.disk_size_mb}m,nr_inodes={inode_limit(spec.disk_size_mb)},"
-            f"mode=0755,uid={user},gid={user}"
-        )
-        tmp = f"size={spec.tmp_size_mb}m,nr_inodes={inode_limit(spec.tmp_size_mb)},mode=1777"
-        tmp += f",uid={uid},gid={uid}"
-        flags = _MS_NOSUID | _MS_NODEV
-        _mount(b"tmpfs", stage / "home", b"tmpfs", flags, home.encode())
-        _mount(b"tmpfs", stage / "tmp", b"tmpfs", flags, tmp.encode())
-        pts = f"newinstance,max={spec.max_ptys},ptmxmode=0666,mode=0620,gid={uid + TTY_GID}"
-        _mount(b"devpts", stage / "pts", b"devpts", _MS_NOSUID | _MS_NOEXEC, pts.encode())
-    except BaseException:
-        _unstage(spec.sandbox_id)
-        raise
-    return stage
-
-
-def _mount(
-    source: bytes, target: Path, fstype: bytes | None, flags: int, options: bytes | None
-) -> None:
-    target.mkdir()
-    if _libc.mount(source, bytes(target), fstype, flags, options) != 0:
-        error = ctypes.get_errno()
-        raise RuntimeUnavailable(
-            f"bwrap runtime: cannot mount {source.decode()} at {target}: {os.strerror(error)}"
-        )
-
-
-def _unstage(sandbox_id: str) -> None:
-    stage = _STAGE_DIR / sandbox_id
-    for name in _STAGED:
-        target = stage / name
-        if target.is_dir():
-            _libc.umount2(bytes(target), _MNT_DETACH)
-            with contextlib.suppress(OSError):
-                target.rmdir()
-    with contextlib.suppress(OSError):
-        stage.rmdir()
-
-
-def _claim_slot(state_dir: Path) -> int:
-    """The lowest free uid slot, claimed host-wide (``O_EXCL``) for ``state_dir``.
-
-    A claim whose sandbox state is gone and whose cgroup holds no process is stale (its
-    gateway's home was deleted) and is taken over.
-    """
-    _CLAIMS_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
-    taken = {int(p.name) for p in _CLAIMS_DIR.iterdir() if p.name.isdigit()}
-    record = json.dumps({"state": str(state_dir)}).encode()
-    for slot in range(_MAX_SLOTS):
-        claim = _CLAIMS_DIR / str(slot)
-        if slot in taken and not _stale(claim):
-            continue
-        if slot in taken:
-            with contextlib.suppress(FileNotFoundError):
-                claim.unlink()
-        try:
-            fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            continue
-        try:
-            os.write(fd, record)
-        finally:
-            os.close(fd)
-        return slot
-    raise RuntimeUnavailable(f"bwrap runtime: all {_MAX_SLOTS} uid ranges are in use")
-
-
-def _stale(claim: Path) -> bool:
-    try:
-        owner = Path(json.loads(claim.read_text())["state"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return False  # being written right now, or unreadable: leave it alone
-    if owner.is_dir():
-        return False
-    uid = UID_BASE + int(claim.name) * UIDS_PER_SANDBOX
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            with contextlib.suppress(OSError):
-                if uid <= proc.stat().st_uid < uid + UIDS_PER_SANDBOX:
-                    return False
-    return True
-
-
-def _release_slot(slot: int, state_dir: Path) -> None:
-    claim = _CLAIMS_DIR / str(slot)
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        if Path(json.loads(claim.read_text())["state"]) == state_dir:
-            claim.unlink()

@@ -1,29 +1,38 @@
-"""Docker runtime: one hardened container per sandbox.
+"""Docker runtime: one container per sandbox, in a user namespace of its own.
 
 Trust: the container's contents are hostile from their first instruction. What this module
-enforces (security.md §3.1), as defaults that a config cannot weaken:
+enforces (security.md §3.1 with its 2026-12-01 revision), as defaults no config can weaken:
 
+* **Identity**: the container runs through Sandgate's OCI runtime shim (``oci_shim``), which
+  puts it in a user namespace owned by, and mapping its ids to, a host uid range of its own
+  (``_uids``): sandbox root is an unprivileged host uid, no two sandboxes share a uid, and
+  per-user kernel counts are per sandbox. After start, the runtime reads the container's
+  ``uid_map`` back and kills a container that is not in its range (fail closed if the engine's
+  ``sandgate`` runtime is anything but the shim).
+* **File system**: the staged overlay (``_stage``) is the root: the template idmapped and
+  read-only below, a per-sandbox copy-on-write layer of ``limits.disk_mib`` on top; every mount
+  ``nosuid``/``nodev``; the sandbox's host directory read-only at ``/run/sandgate``; a devpts
+  instance of its own. Docker's own container layer is never written (``read_only``).
 * no network interface but loopback (``--network=none``); ports and egress go through the
   guest socket;
-* ``--cap-drop=ALL`` plus only what the guest needs to act *as the sandbox's users*:
-  ``SETUID``/``SETGID`` (switch to the selected user), ``CHOWN``/``FOWNER``/``DAC_OVERRIDE``/
-  ``FSETID`` (root's own file operations when a caller asks for ``user="root"``) and ``KILL``
-  (signal processes of other users). Processes of the default user run with no capabilities;
-* ``no-new-privileges``, Docker's default seccomp profile, never privileged, no devices;
-* read-only root file system; ``/tmp`` and the user's home are bounded tmpfs mounts;
-* pids, memory (= memory+swap; processes plus the in-memory file systems, see
-  ``memory_limit_bytes``), CPU, nofile and core limits; a bounded ``local`` log driver;
-* ``--init`` reaps zombies; ``--ipc=private``, ``--cgroupns=private``;
-* the only host mount is the sandbox's own directory (guest socket, guest code, its config).
+* ``--cap-drop=ALL`` plus ``GUEST_CAPABILITIES``, all relative to the sandbox's namespace;
+  ``no-new-privileges``; Sandgate's seccomp profile; never privileged, no devices;
+* pids, memory (= memory+swap; processes plus the disk, see ``memory_limit_bytes``), CPU,
+  nofile and core limits; a bounded ``local`` log driver;
+* the guest is the container's PID 1 (no ``--init``): nothing inside can signal or stop it,
+  and it reaps orphans;
+* ``--ipc=private``, ``--cgroupns=private``.
 
 What it leaves to other layers: who may create sandboxes (the control plane), egress policy
-(the gateway), user namespaces (enable ``userns-remap`` on the daemon; ``sandgate doctor``
-reports it).
+(the gateway), runtime version floors (``floors``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import shutil
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -35,30 +44,30 @@ import requests.exceptions
 from docker.types import LogConfig, Mount, Ulimit
 
 from sandgate.errors import RuntimeUnavailable
-from sandgate.runtimes._devpts import mount_devpts, unmount_devpts
+from sandgate.runtimes._oci_install import RUNTIME_NAME, ensure_shim
+from sandgate.runtimes._rootfs import resolve_rootfs
 from sandgate.runtimes._seccomp import docker_profile
+from sandgate.runtimes._stage import read_info, stage_sandbox, staged, unstage
+from sandgate.runtimes._uids import UIDS_PER_SANDBOX, claim_slot, release_slot, uid_base
 from sandgate.runtimes.base import (
+    GUEST_CAPABILITIES,
     GUEST_DIR_IN_SANDBOX,
     GUEST_OOM_SCORE_ADJ,
-    ROOT_HOME_MB,
     SHM_MB,
     RuntimeSandbox,
     RuntimeState,
     SandboxSpec,
     guest_command,
-    inode_limit,
     memory_limit_bytes,
 )
 
-__all__ = ["GUEST_CAPABILITIES", "DockerRuntime"]
+__all__ = ["DockerRuntime"]
 
 T = TypeVar("T")
 
-#: SECURITY: the complete capability set of a sandbox; see the module docstring for each.
-GUEST_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
-
 _LABEL_SANDBOX = "sandgate.sandbox"
 _LABEL_INSTANCE = "sandgate.instance"
+_STATE_FILE = "state.json"
 _UNREACHABLE = (
     "Docker engine unreachable ({error}). Start it (`dockerd &` or `systemctl start docker`) "
     "or set runtime.kind=bwrap"
@@ -74,41 +83,96 @@ class DockerRuntime:
         self,
         instance_id: str,
         *,
+        state_dir: Path,
+        rootfs_dir: Path,
         base_url: str = "",
         oci_runtime: str = "runc",
-        state_dir: Path | None = None,
     ) -> None:
-        """``state_dir`` holds each sandbox's devpts mount (``<state_dir>/pts/<id>``); without
-        one, or with a remote engine, sandboxes share the engine's default PTY pool."""
+        """``state_dir`` holds one small record per sandbox (its uid slot); ``rootfs_dir`` the
+        template trees exported from the engine's images (shared with bwrap)."""
         self._instance_id = instance_id
         self._base_url = base_url
         self._oci_runtime = oci_runtime
         self._client: Any = None
-        local = not base_url or base_url.startswith("unix://")
-        self._pts_root = state_dir / "pts" if state_dir is not None and local else None
+        self._local = not base_url or base_url.startswith("unix://")
+        self._state_root = state_dir
+        self._rootfs_dir = rootfs_dir
+        self._shim_ready = False
 
     async def ping(self) -> str:
         version: dict[str, Any] = await self._call(lambda c: c.version())
+        await self._ensure_shim()
         return str(version.get("Version", "unknown"))
 
+    async def _ensure_shim(self) -> None:
+        if not self._shim_ready:
+            await self._call(lambda c: ensure_shim(c, runc=self._oci_runtime, local=self._local))
+            self._shim_ready = True
+
     async def create(self, spec: SandboxSpec) -> str:
-        kwargs = self._run_arguments(spec)
-        if self._pts_root is not None:
-            pts = self._pts_root / spec.sandbox_id
-            await asyncio.to_thread(mount_devpts, pts, spec.max_ptys)
-            kwargs["mounts"].append(Mount("/dev/pts", str(pts), type="bind"))
+        if not self._local:
+            raise RuntimeUnavailable(
+                "Docker sandboxes need the engine on this host (the sandbox's file system and "
+                "user namespace are prepared here); runtime.docker.base_url names a remote one"
+            )
+        await self._ensure_shim()
+        state_dir = self._state_root / spec.sandbox_id
+        stage = await asyncio.to_thread(self._prepare, spec, state_dir)
+        kwargs = self._run_arguments(spec, stage)
         try:
             container = await self._call(lambda c: c.containers.run(**kwargs))
+            pid = await self.pid(spec.sandbox_id)
+            await asyncio.to_thread(self._check_identity, spec.sandbox_id, pid)
         except docker.errors.APIError as exc:
             await self.kill(spec.sandbox_id)
             raise RuntimeUnavailable(
                 f"Docker could not start the sandbox: {exc.explanation}"
             ) from None
         except BaseException:
-            if self._pts_root is not None:
-                await asyncio.to_thread(unmount_devpts, self._pts_root / spec.sandbox_id)
+            await self.kill(spec.sandbox_id)
             raise
         return str(container.id)
+
+    def _prepare(self, spec: SandboxSpec, state_dir: Path) -> Path:
+        rootfs = resolve_rootfs(spec.image_ref, self._rootfs_dir, self._base_url)
+        self._state_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            state_dir.mkdir(mode=0o700)
+        except FileExistsError:
+            raise RuntimeUnavailable(f"docker sandbox {spec.sandbox_id} already exists") from None
+        try:
+            slot = claim_slot(state_dir)
+            _write_state(state_dir, {"slot": slot})
+            base = uid_base(slot)
+            stage = stage_sandbox(
+                spec.sandbox_id,
+                base=base,
+                tree=rootfs.path,
+                host_dir=spec.host_dir,
+                disk_mib=spec.disk_mib,
+                max_ptys=spec.max_ptys,
+                seeds=spec.seeds,
+                info={"instance": self._instance_id, "runtime": "docker", "slot": slot},
+            )
+        except BaseException:
+            self._cleanup(spec.sandbox_id)
+            raise
+        return stage.path
+
+    def _check_identity(self, sandbox_id: str, pid: int | None) -> None:
+        """SECURITY: the container must run in the sandbox's own uid range (the engine's
+        ``sandgate`` runtime really is the shim); otherwise it is killed by the caller."""
+        base = read_info(sandbox_id).get("uid_base")
+        expected = f"0 {base} {UIDS_PER_SANDBOX}"
+        try:
+            found = " ".join(Path(f"/proc/{pid}/uid_map").read_text().split()) if pid else ""
+        except OSError:
+            found = ""
+        if found != expected:
+            raise RuntimeUnavailable(
+                f"the sandbox is not in its own user namespace (uid_map {found!r}); the Docker "
+                f"engine's '{RUNTIME_NAME}' runtime must be Sandgate's shim (`sandgate doctor`)"
+            )
 
     async def kill(self, sandbox_id: str) -> None:
         def remove(client: Any) -> None:
@@ -121,8 +185,15 @@ class DockerRuntime:
                     raise
 
         await self._call(remove)
-        if self._pts_root is not None:
-            await asyncio.to_thread(unmount_devpts, self._pts_root / sandbox_id)
+        await asyncio.to_thread(self._cleanup, sandbox_id)
+
+    def _cleanup(self, sandbox_id: str) -> None:
+        state_dir = self._state_root / sandbox_id
+        unstage(sandbox_id)
+        slot = _load_state(state_dir).get("slot")
+        if isinstance(slot, int):
+            release_slot(slot, state_dir)
+        shutil.rmtree(state_dir, ignore_errors=True)
 
     async def pause(self, sandbox_id: str) -> None:
         """``docker pause``: the cgroup freezer stops every process; memory stays."""
@@ -144,12 +215,13 @@ class DockerRuntime:
             )
             labels = row.get("Labels") or {}
             found.append(RuntimeSandbox(labels.get(_LABEL_SANDBOX, ""), row["Id"], state))
-        if self._pts_root is not None and self._pts_root.is_dir():
-            # devpts mounts of sandboxes whose containers went away while we were down.
-            known = {sandbox.sandbox_id for sandbox in found}
-            for path in self._pts_root.iterdir():
-                if path.name not in known:
-                    await asyncio.to_thread(unmount_devpts, path)
+        # Stages (and uid slots) of this instance whose containers went away while we were down.
+        known = {sandbox.sandbox_id for sandbox in found}
+        for sandbox_id in list(staged()):
+            info = read_info(sandbox_id)
+            mine = info.get("instance") == self._instance_id and info.get("runtime") == "docker"
+            if mine and sandbox_id not in known:
+                await asyncio.to_thread(self._cleanup, sandbox_id)
         return found
 
     async def pid(self, sandbox_id: str) -> int | None:
@@ -168,10 +240,10 @@ class DockerRuntime:
         result: dict[str, Any] = await self._call(
             lambda c: c.api.inspect_container(_name(sandbox_id))
         )
+        result["SandgateStage"] = read_info(sandbox_id)
         return result
 
-    def _run_arguments(self, spec: SandboxSpec) -> dict[str, Any]:
-        tmpfs_opts = "rw,nosuid,nodev"
+    def _run_arguments(self, spec: SandboxSpec, stage: Path) -> dict[str, Any]:
         return {
             "image": spec.image_ref,
             "command": guest_command(),
@@ -183,28 +255,17 @@ class DockerRuntime:
                 _LABEL_INSTANCE: self._instance_id,
             },
             "detach": True,
-            "init": True,
+            "init": False,
             "user": "0:0",
             "cap_drop": ["ALL"],
             "cap_add": list(GUEST_CAPABILITIES),
             "security_opt": ["no-new-privileges:true", f"seccomp={docker_profile()}"],
             "privileged": False,
+            # Docker's own layer stays untouched: the shim gives the container the staged root.
             "read_only": True,
-            "tmpfs": {
-                "/tmp": (
-                    f"{tmpfs_opts},noexec,size={spec.tmp_size_mb}m,"
-                    f"nr_inodes={inode_limit(spec.tmp_size_mb)}"
-                ),
-                spec.home_dir: (
-                    f"{tmpfs_opts},size={spec.disk_size_mb}m,mode=0755,"
-                    f"nr_inodes={inode_limit(spec.disk_size_mb)},"
-                    f"uid={spec.home_uid},gid={spec.home_uid}"
-                ),
-                "/root": f"{tmpfs_opts},size={ROOT_HOME_MB}m,mode=0700",
-                "/run/user": f"{tmpfs_opts},size=1m,mode=0755",
-            },
             "mounts": [
-                Mount(GUEST_DIR_IN_SANDBOX, str(spec.host_dir), type="bind", read_only=False)
+                Mount(GUEST_DIR_IN_SANDBOX, str(stage / "run"), type="bind", read_only=True),
+                Mount("/dev/pts", str(stage / "pts"), type="bind"),
             ],
             "network_mode": "none",
             "ipc_mode": "private",
@@ -224,7 +285,7 @@ class DockerRuntime:
             "oom_score_adj": GUEST_OOM_SCORE_ADJ,
             "restart_policy": {"Name": "no"},
             "stop_signal": "SIGKILL",
-            "runtime": self._oci_runtime,
+            "runtime": RUNTIME_NAME,
             "environment": {"LANG": "C.UTF-8"},
         }
 
@@ -251,3 +312,17 @@ class DockerRuntime:
 
 def _name(sandbox_id: str) -> str:
     return f"sandgate-{sandbox_id}"
+
+
+def _write_state(state_dir: Path, state: dict[str, Any]) -> None:
+    temp = state_dir / f".{_STATE_FILE}.tmp"
+    temp.write_text(json.dumps(state))
+    temp.rename(state_dir / _STATE_FILE)
+
+
+def _load_state(state_dir: Path) -> dict[str, Any]:
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads((state_dir / _STATE_FILE).read_text())
+        if isinstance(data, dict):
+            return data
+    return {}

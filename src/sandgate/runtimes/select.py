@@ -74,15 +74,16 @@ def select_runtime(config: Config, instance_id: str) -> Runtime:
     if choice.kind == "docker":
         return DockerRuntime(
             instance_id,
+            state_dir=config.home_dir / "docker",
+            rootfs_dir=config.rootfs_dir,
             base_url=config.runtime.docker.base_url,
             oci_runtime=config.runtime.docker.oci_runtime,
-            state_dir=config.home_dir / "docker",
         )
     if choice.kind == "bwrap":
         return BwrapRuntime(
             instance_id,
             home=config.home_dir,
-            rootfs_dir=config.runtime.bwrap.rootfs_dir,
+            rootfs_dir=config.rootfs_dir,
             docker_base_url=config.runtime.docker.base_url,
         )
     raise RuntimeUnavailable(choice.reason + ". Run `sandgate doctor` for details")

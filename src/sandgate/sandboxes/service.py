@@ -18,7 +18,6 @@ import string
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +36,9 @@ from sandgate.errors import (
 )
 from sandgate.guest.client import GuestClient, GuestError, GuestUnavailable
 from sandgate.guest.protocol import EGRESS_PROXY_PORT
-from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec
+from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec, sandbox_seeds
 from sandgate.sandboxes.hooks import SandboxHook
 from sandgate.sandboxes.publish import publish_file
-from sandgate.sandboxes.readiness import wait_for_socket
 from sandgate.sandboxes.state import SandboxState, check_transition
 from sandgate.store import LIVE_STATES, Sandbox, SandboxPage, Store, Template
 
@@ -177,7 +175,7 @@ class SandboxService:
             metadata_=dict(request.metadata),
             cpu_count=cpu,
             memory_mb=memory,
-            disk_size_mb=self._limits.disk_size_mb,
+            disk_size_mb=self._limits.disk_mib,
             envd_version=template.envd_version,
             allow_internet_access=request.allow_internet_access,
             network=request.network,
@@ -248,11 +246,11 @@ class SandboxService:
             host_dir=host_dir,
             cpu_count=cpu,
             memory_mb=memory,
-            disk_size_mb=self._limits.disk_size_mb,
+            disk_mib=self._limits.disk_mib,
             pids_limit=self._limits.pids_limit,
-            tmp_size_mb=self._limits.tmp_size_mb,
             nofile=self._limits.nofile,
             max_ptys=self._limits.max_ptys,
+            seeds=sandbox_seeds(),
         )
         ref = await self._runtime.create(spec)
         await self._wait_ready(sandbox_id)
@@ -568,14 +566,16 @@ class SandboxService:
         self._store.delete_sandbox(sandbox_id)
 
     def _prepare_host_dir(self, host_dir: Path, envs: Mapping[str, str]) -> None:
-        # SECURITY: a copy, not a link: the sandbox's root may write to this directory, and
-        # must not be able to alter the guest code other sandboxes run.
+        # SECURITY: the directory is root's and read-only inside the sandbox (runtimes mount
+        # it so); a copy, not a link, all the same: no sandbox may ever reach the guest code
+        # other sandboxes run.
         shutil.copyfile(self._guest_zipapp, host_dir / "guest.pyz")
         guest_config = {
             "envs": dict(envs),
             "default_user": "user",
             "default_workdir": None,
             "egress_proxy_port": EGRESS_PROXY_PORT,
+            "sudo": self._config.sandbox.sudo,
         }
         (host_dir / "guest.json").write_text(json.dumps(guest_config))
         _publish_envs(host_dir, envs)
@@ -588,15 +588,15 @@ class SandboxService:
         return GuestClient(self._root / sandbox_id / "guest.sock")
 
     async def _wait_ready(self, sandbox_id: str) -> None:
-        """Waits until the guest answers a ping, probing it as soon as its socket appears
-        (the guest renames the socket into place once it listens; see ``readiness``)."""
-        socket_path = self._root / sandbox_id / "guest.sock"
-        probe = partial(self._guest_alive, sandbox_id)
-        if not await wait_for_socket(socket_path, probe, _READY_TIMEOUT_S):
+        """Waits until the guest answers a ping. The runtime bound the guest's listening
+        socket before the sandbox started, so one ping queues until the guest accepts it: no
+        polling, and a guest that dies first closes the socket, which fails the ping at once."""
+        try:
+            await self._guest(sandbox_id).ping(timeout_s=_READY_TIMEOUT_S)
+        except GuestError as exc:
             raise SandboxUnavailable(
-                f"sandbox {sandbox_id} did not become ready in {_READY_TIMEOUT_S:.0f}s; "
-                "see `sandgate doctor`"
-            )
+                f"sandbox {sandbox_id} did not become ready ({exc.message}); see `sandgate doctor`"
+            ) from None
 
     async def _start_template_service(
         self, sandbox_id: str, start_cmd: str | None, ready_port: int | None

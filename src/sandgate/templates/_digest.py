@@ -17,7 +17,7 @@ from pathlib import Path
 
 __all__ = ["RECIPE_VERSION", "context_digest", "package_list", "rootfs_digest", "template_digest"]
 
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
 """Bump when the builder changes what it produces from the same inputs."""
 
 

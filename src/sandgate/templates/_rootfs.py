@@ -181,11 +181,11 @@ class _DebootstrapTracker:
 
 
 def _strip(root: Path) -> None:
-    """Removes what an image should not carry; Docker provides /dev, resolv.conf, hostname."""
+    """Removes what an image should not carry; Docker provides /dev, resolv.conf, hostname.
+    apt's package lists stay: `apt-get install` in a sandbox works without an update first."""
     for pattern in (
         "var/cache/apt/archives/*.deb",
         "var/cache/apt/*.bin",
-        "var/lib/apt/lists/*_*",
         "var/log/bootstrap.log",
         "dev/*",
     ):
@@ -195,8 +195,7 @@ def _strip(root: Path) -> None:
             else:
                 path.unlink()
     for name in ("etc/resolv.conf", "etc/hostname", "etc/hosts"):
-        # Empty files: runtimes mount their own over them, and a read-only root cannot
-        # grow a mount point later.
+        # Empty files: sandboxes get their own (runtimes seed or mount them).
         path = root / name
         if path.is_symlink() or path.exists():
             path.unlink()

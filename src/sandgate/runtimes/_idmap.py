@@ -1,0 +1,131 @@
+"""Idmapped mounts: one template tree, seen by each sandbox as owned by its own root.
+
+A template's root file system is one directory tree owned by host uids 0..65535, shared by
+every sandbox of the template. Each sandbox runs in a user namespace that maps its ids to a
+host range of its own (``_uids``), where host uid 0 is unmapped, so the tree would look owned
+by ``nobody`` and sandbox root could change nothing. An *idmapped* bind mount of the tree
+(``mount_setattr(MOUNT_ATTR_IDMAP)``, Linux 5.12+; overlayfs accepts such a mount as a lower
+layer since 5.19) shows host id ``k`` as ``base + k``: the sandbox's root owns ``/usr`` the way
+root owns it in the image, while the tree on disk never changes.
+
+The mapping is given by a user namespace; one per uid slot is made once (a short-lived
+``unshare --user`` helper whose maps the gateway writes) and kept open for the life of the
+process, since a slot's mapping never changes.
+
+Trust: root (the gateway) makes these mounts on the host; the sandbox never sees the
+namespace fds and cannot remount anything (no ``CAP_SYS_ADMIN`` over the host's mounts).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import struct
+import subprocess
+import threading
+from pathlib import Path
+
+from sandgate.errors import RuntimeUnavailable
+
+__all__ = ["MOUNT_ATTR_NODEV", "MOUNT_ATTR_NOSUID", "MOUNT_ATTR_RDONLY", "idmapped_bind"]
+
+_libc = ctypes.CDLL(None, use_errno=True)
+# The new mount API's syscall numbers are the same on every architecture (asm-generic).
+_SYS_OPEN_TREE = 428
+_SYS_MOVE_MOUNT = 429
+_SYS_MOUNT_SETATTR = 442
+_AT_FDCWD = -100
+_AT_EMPTY_PATH = 0x1000
+_OPEN_TREE_CLONE = 1
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
+MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
+MOUNT_ATTR_NODEV = 0x4
+_MOUNT_ATTR_IDMAP = 0x00100000
+_HELPER_TIMEOUT_S = 10.0
+
+_namespaces: dict[int, int] = {}
+_lock = threading.Lock()
+
+
+def idmapped_bind(source: Path, target: Path, base: int, size: int, attrs: int = 0) -> None:
+    """Mounts ``source`` at ``target`` (an existing directory) with host ids ``0..size-1``
+    shown as ``base..base+size-1``, plus ``attrs`` (``MOUNT_ATTR_*``)."""
+    userns = _userns(base, size)
+    tree = _libc.syscall(
+        _SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(source), _OPEN_TREE_CLONE | os.O_CLOEXEC
+    )
+    if tree < 0:
+        _fail("open_tree", source)
+    try:
+        # struct mount_attr { u64 attr_set; u64 attr_clr; u64 propagation; u64 userns_fd; }
+        attr = struct.pack("QQQQ", _MOUNT_ATTR_IDMAP | attrs, 0, 0, userns)
+        if _libc.syscall(_SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH, attr, len(attr)) < 0:
+            _fail("mount_setattr(MOUNT_ATTR_IDMAP)", source)
+        moved = _libc.syscall(
+            _SYS_MOVE_MOUNT, tree, b"", _AT_FDCWD, os.fsencode(target), _MOVE_MOUNT_F_EMPTY_PATH
+        )
+        if moved < 0:
+            _fail("move_mount", target)
+    finally:
+        os.close(tree)
+
+
+def _fail(what: str, path: Path) -> None:
+    error = ctypes.get_errno()
+    hint = ""
+    if what.startswith("mount_setattr"):
+        hint = (
+            " (idmapped mounts need Linux >= 5.19 and a file system that supports them, such "
+            "as ext4, xfs, btrfs or tmpfs >= 6.3, under the root file system cache)"
+        )
+    raise RuntimeUnavailable(f"{what} on {path} failed: {os.strerror(error)}{hint}")
+
+
+def _userns(base: int, size: int) -> int:
+    """An fd of a user namespace mapping ``0..size-1`` to ``base..``; made once per range."""
+    with _lock:
+        fd = _namespaces.get(base)
+        if fd is None:
+            fd = _make_userns(base, size)
+            _namespaces[base] = fd
+        return fd
+
+
+def _make_userns(base: int, size: int) -> int:
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        raise RuntimeUnavailable("idmapped mounts need unshare(1): apt-get install util-linux")
+    # The helper says "ready" once it is in its new namespace, then waits for stdin to close.
+    helper = subprocess.Popen(
+        [unshare, "--user", "--", "/bin/sh", "-c", "echo ready; exec cat >/dev/null"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd="/",
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+    )
+    try:
+        assert helper.stdout is not None and helper.stdin is not None
+        if helper.stdout.readline() != b"ready\n":
+            raise RuntimeUnavailable(
+                "cannot create a user namespace for idmapped mounts: "
+                + (helper.stderr.read() if helper.stderr else b"").decode(errors="replace")[:200]
+            )
+        mapping = f"0 {base} {size}\n"
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{helper.pid}/{name}", "w") as file:
+                file.write(mapping)
+        return os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        if helper.stdin is not None:
+            helper.stdin.close()
+        try:
+            helper.wait(_HELPER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            helper.kill()
+            helper.wait()
+        for stream in (helper.stdout, helper.stderr):
+            if stream is not None:
+                stream.close()
