@@ -189,7 +189,7 @@ def test_python_venv_and_pip_without_registries_refused_clearly(
     pip = _sh(
         runtime_server,
         runtime_sandbox,
-        "pip install --no-cache-dir --retries 0 --timeout 10 sandgate-not-installed 2>&1",
+        "pip install --no-cache-dir --retries 1 --timeout 10 sandgate-not-installed 2>&1",
         timeout_ms=120_000,
     )
     elapsed = time.monotonic() - started

@@ -202,7 +202,12 @@ def test_create_with_engine_gone_leaves_no_row_and_no_directory(tmp_path: Path) 
     store = Store.open(config.store_url)
     register(store, BuiltTemplate("base", "sandgate/template-base:latest", "sha256:x", "d"))
     key, _ = create_api_key(store, "t", "k")
-    runtime = DockerRuntime("test", base_url=f"unix://{tmp_path}/gone.sock")
+    runtime = DockerRuntime(
+        "test",
+        state_dir=tmp_path / "docker",
+        rootfs_dir=tmp_path / "rootfs",
+        base_url=f"unix://{tmp_path}/gone.sock",
+    )
     service = SandboxService(
         config,
         store,

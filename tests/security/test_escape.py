@@ -11,7 +11,6 @@ host-side invariant is checked as well.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -115,13 +114,12 @@ RUNTIME_SOCKETS = [
 #: Host device files a sandbox may bind from devtmpfs (bubblewrap's ``--dev``).
 SAFE_DEVICES = {"/null", "/zero", "/full", "/random", "/urandom", "/tty"}
 HOST_BACKED = {"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "overlay", "devtmpfs"}
-DOCKER_ETC = re.compile(r".*/containers/[0-9a-f]{64}/(resolv\.conf|hostname|hosts)")
 
 
 def _foreign_mounts(mountinfo: str, sandbox_id: str) -> list[str]:
     """Mountinfo lines exposing a host path beyond what the design allows (ESC-11): the
-    read-only template root, the sandbox's own ``/run/sandgate`` directory, Docker's
-    resolv/hostname/hosts files and ``--init`` binary, and harmless devtmpfs nodes."""
+    sandbox's own copy-on-write root (an overlay over its staged, idmapped template), its own
+    ``/run/sandgate`` directory (read-only), and harmless devtmpfs nodes."""
     foreign = []
     for line in mountinfo.splitlines():
         fields = line.split()
@@ -130,15 +128,18 @@ def _foreign_mounts(mountinfo: str, sandbox_id: str) -> list[str]:
         if fstype in ("cgroup", "cgroup2"):
             allowed = root == "/" and "ro" in options
         elif fstype in HOST_BACKED or source.startswith("/dev/"):
+            super_options = fields[-1]
             allowed = (
-                (mountpoint == "/" and "ro" in options)
-                or (mountpoint == "/run/sandgate" and sandbox_id in root.split("/"))
-                or (
-                    mountpoint in ("/etc/resolv.conf", "/etc/hostname", "/etc/hosts")
-                    and "ro" in options
-                    and DOCKER_ETC.fullmatch(root) is not None
+                (
+                    mountpoint == "/"
+                    and fstype == "overlay"
+                    and f"lowerdir=/run/sandgate-rt/stage/{sandbox_id}/lower," in super_options
                 )
-                or (mountpoint == "/usr/sbin/docker-init" and "ro" in options)
+                or (
+                    mountpoint == "/run/sandgate"
+                    and sandbox_id in root.split("/")
+                    and "ro" in options
+                )
                 or (fstype == "devtmpfs" and root in SAFE_DEVICES and mountpoint == "/dev" + root)
             )
         else:
@@ -153,6 +154,7 @@ HOSTILE_MOUNTS = [
     "1 0 254:0 / / rw,relatime - ext4 /dev/vda rw",
     "2 1 254:0 /var/run/docker.sock /var/run/docker.sock rw - ext4 /dev/vda rw",
     "3 1 254:0 /home/sandboxes/someone-else /run/sandgate rw - ext4 /dev/vda rw",
+    "6 1 0:50 / / rw - overlay overlay rw,lowerdir=/run/sandgate-rt/stage/other/lower,upperdir=x",
     "4 1 0:6 / /dev/host rw - devtmpfs devtmpfs rw",
     "5 1 0:29 /docker /sys/fs/cgroup/cpu ro - cgroup cgroup rw,cpu",
 ]

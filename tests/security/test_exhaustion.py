@@ -24,8 +24,7 @@ from tests.framework.sandbox_http import wait_for
 LIMITS = {
     "pids_limit": 64,
     "nofile": 256,
-    "disk_size_mb": 192,
-    "tmp_size_mb": 16,
+    "disk_mib": 192,
     "default_memory_mb": 128,
     "max_ptys": 16,
 }
@@ -138,11 +137,11 @@ def test_RES_02_thread_bomb_meets_the_same_pids_limit(box: Box, neighbour: Box) 
     _neighbour_ok(neighbour)
 
 
-def _fill(box: Box, path: str) -> tuple[str, int]:
-    """dd's output (with ``rc=``) and the size reached. bwrap also caps a file's size with
-    RLIMIT_FSIZE (= the disk size), so dd may die of SIGXFSZ (rc 153) instead of ENOSPC."""
+def _fill(box: Box, path: str, user: str | None = None) -> tuple[str, int]:
+    """dd's output (with ``rc=``) and the size reached."""
     result = box.run(
-        f"dd if=/dev/zero of={path} bs=1M count=4096 2>&1; echo rc=$?; stat -c %s {path}"
+        f"dd if=/dev/zero of={path} bs=1M count=4096 2>&1; echo rc=$?; stat -c %s {path}",
+        user=user,
     )
     return result.stdout, int(result.stdout.split()[-1])
 
@@ -158,12 +157,14 @@ def test_RES_04_dev_shm_is_bounded(box: Box) -> None:
 
 
 def test_RES_05_disk_fill_stops_at_the_sandbox_quota(box: Box, neighbour: Box) -> None:
+    # One quota for every path the sandbox writes: home, /tmp and the root layer.
     output, size = _fill(box, "/home/user/big")
     assert _stopped(output), output
-    assert size <= LIMITS["disk_size_mb"] * MiB
-    output, size = _fill(box, "/tmp/big")
-    assert _stopped(output), output
-    assert size <= LIMITS["tmp_size_mb"] * MiB
+    assert size <= LIMITS["disk_mib"] * MiB
+    for path, user in (("/tmp/big", None), ("/usr/big", "root")):
+        output, more = _fill(box, path, user)
+        assert _stopped(output), output
+        assert more < MiB, (path, more)  # already full
     assert box.run("echo alive").stdout == "alive\n"  # a full disk is not a dead sandbox
     _neighbour_ok(neighbour)
 

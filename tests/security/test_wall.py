@@ -124,8 +124,7 @@ def test_identity_per_user_kernel_limits_are_per_sandbox(
     try:
         verdict = run_python(
             runtime_server.url,
-            neighbour["sandboxID"],
-            neighbour.get("envdAccessToken"),
+            neighbour,
             "out['fds'] = [libc.inotify_init1(0) for _ in range(8)]\n",
         )
         assert all(fd >= 0 for fd in verdict["fds"]), verdict
@@ -141,8 +140,7 @@ def test_host_paths_socket_directory_is_read_only_inside(
 ) -> None:
     verdict = run_python(
         runtime_server.url,
-        runtime_sandbox["sandboxID"],
-        runtime_sandbox.get("envdAccessToken"),
+        runtime_sandbox,
         "attempt('create', lambda: open('/run/sandgate/planted', 'w'))\n"
         "attempt('mkdir', lambda: os.mkdir('/run/sandgate/d'))\n"
         "attempt('replace_guest', lambda: open('/run/sandgate/guest.pyz', 'ab'))\n"
@@ -152,7 +150,7 @@ def test_host_paths_socket_directory_is_read_only_inside(
         user="root",
     )
     assert verdict["create"] == verdict["mkdir"] == verdict["unlink_socket"] == "EROFS", verdict
-    assert verdict["replace_guest"] == "EROFS", verdict
+    assert verdict["replace_guest"] in ("EROFS", "EACCES"), verdict
     # The guest's socket belongs to host root: nothing inside, its root included, connects.
     assert verdict["connect_guest"] == "EACCES", verdict
 
@@ -243,11 +241,10 @@ def test_hostage_guest_memory_is_out_of_reach(
 ) -> None:
     verdict = run_python(
         runtime_server.url,
-        runtime_sandbox["sandboxID"],
-        runtime_sandbox.get("envdAccessToken"),
+        runtime_sandbox,
         "attempt('mem', lambda: open('/proc/1/mem', 'rb'))\n"
         "attempt('environ', lambda: open('/proc/1/environ', 'rb').read())\n"
-        "attempt('fd', lambda: os.listdir('/proc/1/fd'))\n",
+        "attempt('fd', lambda: os.readlink('/proc/1/fd/0'))\n",
         user="root",
     )
     assert verdict["mem"] == verdict["environ"] == verdict["fd"] == "EACCES", verdict

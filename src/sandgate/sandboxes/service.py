@@ -465,7 +465,14 @@ class SandboxService:
     # -- background work ------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Reattaches to sandboxes that survived a gateway restart, then starts the reaper."""
+        """Checks the runtime (so a problem shows at start, not at the first create; Docker's
+        shim is installed here), reattaches to sandboxes that survived a gateway restart, then
+        starts the reaper."""
+        try:
+            version = await self._runtime.ping()
+            log.info("runtime.ready", runtime=self._runtime.name, version=version)
+        except SandgateError as exc:
+            log.error("runtime.unavailable", runtime=self._runtime.name, error=exc.message)
         await self.reattach()
         self._reaper = asyncio.create_task(self._reap_forever(), name="sandbox-reaper")
         for name in self._config.templates.warm_pool:

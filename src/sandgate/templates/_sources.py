@@ -86,10 +86,17 @@ class BaseImageResolver:
             if image is not None:
                 return BaseImage(self._registry_image, image.id, offline=False)
         if self._source in (Source.AUTO, Source.DEBOOTSTRAP):
-            image = self._images.get(self._rootfs_image)
+            ref = self._rootfs_ref(packages)
+            image = self._images.get(ref)
             if image is not None and image.labels.get(ROOTFS_DIGEST_LABEL) == _digest(packages):
-                return BaseImage(self._rootfs_image, image.id, offline=True)
+                return BaseImage(ref, image.id, offline=True)
         return None
+
+    def _rootfs_ref(self, packages: list[str]) -> str:
+        """The debootstrap image's tag carries its digest: root file systems of different
+        package sets (another Sandgate version on the same engine) coexist, never replace each
+        other."""
+        return f"{self._rootfs_image}-{_digest(packages)[:12]}"
 
     def acquire(self, packages: list[str]) -> BaseImage:
         """Returns the starting image, pulling or bootstrapping it when needed.
@@ -134,9 +141,10 @@ class BaseImageResolver:
     def _bootstrap(self, packages: list[str]) -> BaseImage:
         if not packages:
             raise TemplateBuildError("cannot bootstrap a root filesystem without packages")
+        ref = self._rootfs_ref(packages)
         image_id = bootstrap_rootfs(
             self._images,
-            ref=self._rootfs_image,
+            ref=ref,
             packages=packages,
             mirror=self._mirror,
             labels={
@@ -146,7 +154,7 @@ class BaseImageResolver:
             on_progress=self._on_progress,
             workdir=self._workdir,
         )
-        return BaseImage(self._rootfs_image, image_id, offline=True)
+        return BaseImage(ref, image_id, offline=True)
 
 
 def _digest(packages: list[str]) -> str:

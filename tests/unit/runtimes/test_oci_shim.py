@@ -1,0 +1,74 @@
+"""Sandgate's OCI runtime shim: which calls it touches and how it rewrites a bundle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sandgate.runtimes.oci_shim import patch_config, subcommand
+
+SHIM_CALL = [
+    "--root", "/var/run/docker/runtime-runc/moby",
+    "--log", "/run/x/log.json",
+    "--log-format", "json",
+    "create", "--bundle", "/run/x", "--pid-file", "/run/x/init.pid", "abc",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (SHIM_CALL, (6, "create")),
+        (["--root", "create", "start", "abc"], (2, "start")),  # a flag's value is not it
+        (["--log-format=json", "delete", "--force", "abc"], (1, "delete")),
+        (["--systemd-cgroup", "state", "abc"], (1, "state")),
+        (["--version"], None),
+    ],
+)
+def test_subcommand_skips_global_flags_and_their_values(
+    args: list[str], expected: tuple[int, str] | None
+) -> None:
+    assert subcommand(args) == expected
+
+
+def _config() -> dict[str, Any]:
+    return {
+        "process": {
+            "args": ["python3"],
+            "rlimits": [{"type": "RLIMIT_NOFILE", "soft": 1024, "hard": 1024}],
+        },
+        "root": {"path": "/var/lib/docker/overlay2/x/merged", "readonly": True},
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/run/sandgate", "source": "/run/sandgate-rt/stage/s/run",
+             "options": ["rbind", "ro", "rprivate"]},
+            {"destination": "/dev/pts", "source": "/run/sandgate-rt/stage/s/pts",
+             "options": ["rbind", "rprivate"]},
+            {"destination": "/etc/hosts", "source": "/var/lib/docker/containers/x/hosts"},
+            {"destination": "/etc/resolv.conf", "source": "/var/lib/docker/containers/x/r"},
+        ],
+        "linux": {
+            "namespaces": [{"type": "pid"}, {"type": "user"}, {"type": "network"}],
+            "sysctl": {"net.ipv4.ping_group_range": "0 2147483647", "net.ipv4.x": "1"},
+        },
+    }  # fmt: skip
+
+
+def test_patch_config_joins_the_sandbox_namespace_over_the_staged_root() -> None:
+    info = {"uid_base": 1_000_065_536, "uid_count": 65536, "root": "/run/sandgate-rt/stage/s/root"}
+    patched = patch_config(_config(), info=info, userns_path="/proc/42/ns/user")
+    assert patched["root"] == {"path": "/run/sandgate-rt/stage/s/root", "readonly": False}
+    users = [n for n in patched["linux"]["namespaces"] if n["type"] == "user"]
+    assert users == [{"type": "user", "path": "/proc/42/ns/user"}]
+    mapping = [{"containerID": 0, "hostID": 1_000_065_536, "size": 65536}]
+    assert patched["linux"]["uidMappings"] == patched["linux"]["gidMappings"] == mapping
+    assert patched["linux"]["sysctl"] == {"net.ipv4.x": "1"}
+    targets = {m["destination"]: m for m in patched["mounts"]}
+    assert "/etc/hosts" not in targets and "/etc/resolv.conf" not in targets
+    assert {"ro", "nosuid", "nodev"} <= set(targets["/run/sandgate"]["options"])
+    assert {"nosuid", "noexec"} <= set(targets["/dev/pts"]["options"])
+    # rlimits leave the bundle: the shim applies them to itself (runc would need
+    # CAP_SYS_RESOURCE to set them on a process already in the namespace).
+    assert "rlimits" not in patched["process"]
+    assert patched["process"]["args"] == ["python3"]
