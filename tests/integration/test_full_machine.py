@@ -4,6 +4,7 @@ fail clearly when the operator allows no registry. Every test runs on both runti
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -274,3 +275,70 @@ def _children(pid: int) -> list[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         found += [int(p) for p in (task / "children").read_text().split()]
     return found
+
+
+_TINY_PACKAGE = (
+    "import os, pathlib\n"
+    "root = pathlib.Path('/tmp/sgtiny')\n"
+    "root.mkdir(exist_ok=True)\n"
+    "(root / 'pyproject.toml').write_text('[build-system]\\nrequires = [\"setuptools\"]\\n'\n"
+    '    \'build-backend = "setuptools.build_meta"\\n[project]\\nname = "sgtiny"\\n\'\n'
+    "    'version = \"1.0\"\\n')\n"
+    "(root / 'sgtiny.py').write_text('VALUE = 42\\n')\n"
+)
+
+
+def _execute(server: RunningServer, sandbox: dict[str, Any], code: str) -> str:
+    """Runs one cell through the code interpreter's HTTP API; returns its stdout."""
+    response = httpx.post(
+        f"{server.url}/execute",
+        json={"code": code},
+        headers={
+            "E2b-Sandbox-Id": sandbox["sandboxID"],
+            "E2b-Sandbox-Port": "49999",
+            "E2B-Traffic-Access-Token": sandbox["trafficAccessToken"],
+        },
+        timeout=180,
+    )
+    assert response.status_code == 200, response.text
+    stdout, errors = [], []
+    for line in response.text.splitlines():
+        event = json.loads(line)
+        if event.get("type") == "stdout":
+            stdout.append(event["text"])
+        elif event.get("type") == "error":
+            errors.append(event)
+    assert not errors, errors
+    return "".join(stdout)
+
+
+def test_interpreter_sees_packages_installed_while_it_runs(
+    runtime_server: RunningServer,
+) -> None:
+    """`!pip install` in a cell (as the sandbox's user, no PEP 668 flags) lands where the
+    running kernel imports from; `npm install` works in the same template."""
+    sandbox = create(runtime_server.url, runtime_server.api_key, templateID="code-interpreter-v1")
+    try:
+        _execute(runtime_server, sandbox, _TINY_PACKAGE)
+        installed = _execute(
+            runtime_server,
+            sandbox,
+            "!pip install --no-build-isolation --no-index /tmp/sgtiny 2>&1 | tail -1",
+        )
+        assert "Successfully installed sgtiny-1.0" in installed, installed
+        imported = _execute(
+            runtime_server, sandbox, "import sgtiny, numpy\nprint(sgtiny.VALUE, sgtiny.__file__)"
+        )
+        value, where = imported.split()
+        assert value == "42" and where.startswith("/home/user/.local/lib/python3"), imported
+        npm = _sh(
+            runtime_server,
+            sandbox,
+            "mkdir -p /tmp/pkg /tmp/app && cd /tmp/pkg && npm init -y >/dev/null && "
+            "echo 'module.exports = 7' > index.js && cd /tmp/app && npm init -y >/dev/null && "
+            "npm install --offline --no-audit --no-fund ../pkg >/dev/null && "
+            "node -e 'console.log(require(\"pkg\"))'",
+        )
+        assert npm.exit_code == 0 and npm.stdout.strip() == "7", (npm.stdout, npm.stderr)
+    finally:
+        _kill(runtime_server, sandbox)

@@ -141,6 +141,12 @@ def _foreign_mounts(mountinfo: str, sandbox_id: str) -> list[str]:
                     and "ro" in options
                 )
                 or (fstype == "devtmpfs" and root in SAFE_DEVICES and mountpoint == "/dev" + root)
+                # runc masks sensitive /proc and /sys files with its /dev/null.
+                or (
+                    fstype == "devtmpfs"
+                    and root == "/null"
+                    and mountpoint.startswith(("/proc/", "/sys/"))
+                )
             )
         else:
             allowed = True
@@ -155,6 +161,7 @@ HOSTILE_MOUNTS = [
     "2 1 254:0 /var/run/docker.sock /var/run/docker.sock rw - ext4 /dev/vda rw",
     "3 1 254:0 /home/sandboxes/someone-else /run/sandgate rw - ext4 /dev/vda rw",
     "6 1 0:50 / / rw - overlay overlay rw,lowerdir=/run/sandgate-rt/stage/other/lower,upperdir=x",
+    "7 1 0:6 /sda /proc/keys rw - devtmpfs devtmpfs rw",
     "4 1 0:6 / /dev/host rw - devtmpfs devtmpfs rw",
     "5 1 0:29 /docker /sys/fs/cgroup/cpu ro - cgroup cgroup rw,cpu",
 ]

@@ -428,15 +428,19 @@ async def _run(listener: socket.socket, config: GuestConfig) -> None:
     await Daemon(config).serve(listener)
 
 
-def _not_dumpable() -> None:
+def _harden_self() -> None:
     """SECURITY: PR_SET_DUMPABLE 0: /proc/<guest>/mem and friends then need CAP_SYS_PTRACE in
-    the sandbox's user namespace, which nothing inside has; the workers it forks inherit it."""
+    the sandbox's user namespace, which nothing inside has; the workers it forks inherit it.
+    The ambient capability set is emptied (bubblewrap fills it for ``--cap-add``): the guest's
+    capabilities are its permitted set, and a user's process never inherits any."""
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        prctl = ctypes.CDLL(None).prctl
+        prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
     except (ImportError, OSError, AttributeError) as exc:
-        log("not_dumpable_failed", error=str(exc))
+        log("harden_failed", error=str(exc))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -450,7 +454,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     _ensure_std_fds()
     os.umask(0o022)
-    _not_dumpable()
+    _harden_self()
     try:
         config = GuestConfig.load(args.config)
     except (OSError, ValueError) as exc:

@@ -100,16 +100,21 @@ def resolver(client: Any, namespace: str, source: Source, events: Events) -> Bas
     )
 
 
+def _rootfs_ref(namespace: str, packages: list[str]) -> str:
+    """The tag of a debootstrap image for ``packages``: it carries their digest."""
+    return f"{namespace}/rootfs:test-{rootfs_digest(SUITE, VARIANT, packages)[:12]}"
+
+
 def test_debootstrap_source_reuses_a_rootfs_whose_label_matches(
     client: Any, namespace: str, packages: list[str]
 ) -> None:
     label = {ROOTFS_DIGEST_LABEL: rootfs_digest(SUITE, VARIANT, packages)}
-    rootfs_id = make_image(client, f"{namespace}/rootfs:test", label)
+    rootfs_id = make_image(client, _rootfs_ref(namespace, packages), label)
     events = Events()
 
     base = resolver(client, namespace, Source.DEBOOTSTRAP, events).acquire(packages)
 
-    assert (base.ref, base.id, base.offline) == (f"{namespace}/rootfs:test", rootfs_id, True)
+    assert (base.ref, base.id, base.offline) == (_rootfs_ref(namespace, packages), rootfs_id, True)
     assert BuildStep.DEBOOTSTRAP not in events.steps()
     assert BuildStep.PULL not in events.steps()
 
@@ -117,8 +122,10 @@ def test_debootstrap_source_reuses_a_rootfs_whose_label_matches(
 def test_a_rootfs_built_for_other_packages_is_not_used(
     client: Any, namespace: str, packages: list[str]
 ) -> None:
-    label = {ROOTFS_DIGEST_LABEL: rootfs_digest(SUITE, VARIANT, [*packages, "vim"])}
-    make_image(client, f"{namespace}/rootfs:test", label)
+    other = [*packages, "vim"]
+    label = {ROOTFS_DIGEST_LABEL: rootfs_digest(SUITE, VARIANT, other)}
+    make_image(client, _rootfs_ref(namespace, other), label)
+    make_image(client, f"{namespace}/rootfs:test", label)  # an untagged-by-digest leftover
 
     assert resolver(client, namespace, Source.DEBOOTSTRAP, Events()).find_local(packages) is None
     assert resolver(client, namespace, Source.AUTO, Events()).find_local(packages) is None
@@ -128,7 +135,7 @@ def test_auto_prefers_a_local_registry_image_over_a_local_rootfs(
     client: Any, namespace: str, packages: list[str]
 ) -> None:
     label = {ROOTFS_DIGEST_LABEL: rootfs_digest(SUITE, VARIANT, packages)}
-    make_image(client, f"{namespace}/rootfs:test", label)
+    make_image(client, _rootfs_ref(namespace, packages), label)
     slim_id = make_image(client, f"{namespace}/slim:test")
     events = Events()
 
@@ -218,7 +225,7 @@ def builder_for(
     client: Any, namespace: str, images_dir: Path, packages: list[str]
 ) -> Iterator[Any]:
     label = {ROOTFS_DIGEST_LABEL: rootfs_digest(SUITE, VARIANT, packages)}
-    make_image(client, f"{namespace}/rootfs:test", label)
+    make_image(client, _rootfs_ref(namespace, packages), label)
 
     def make(events: Events) -> TemplateBuilder:
         return TemplateBuilder(
