@@ -62,8 +62,8 @@ def test_valid_gateway_config(tmp_path: Path) -> None:
         ("tools:\n  - {name: x, kind: mcp, transport: http}\n", r"tools\.0\.mcp"),
         ("secrets:\n  A: {env: X, file: /y}\n", r"secrets\.A"),
         (
-            "policy:\n  rules:\n    - {id: a, effect: allow, args: {k: {regex: '('}}}\n",
-            r"policy\.rules\.0\.args\.k\.regex",
+            "policy:\n  rules:\n    - {id: a, effect: allow, args: {k: {matches: '('}}}\n",
+            r"policy\.rules\.0: .*rule 'a': args\.k\.matches: pattern '\(' is not valid RE2",
         ),
         (
             "policy:\n  rules:\n    - {id: a, effect: allow, time: {start: '25:00'}}\n",
@@ -85,3 +85,63 @@ def test_duplicate_rule_ids_are_refused(tmp_path: Path) -> None:
     text = "policy:\n  rules:\n    - {id: a, effect: allow}\n    - {id: a, effect: deny}\n"
     with pytest.raises(ConfigError, match="used twice"):
         load(tmp_path, text)
+
+
+def rule(text: str) -> str:
+    return f"policy:\n  rules:\n    - {text}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # RE2 refuses what needs backtracking; the error names the rule, the place and pattern.
+        (
+            r"{id: no-backref, effect: deny, args: {cmd: {matches: '(a)\1'}}}",
+            r"rule 'no-backref': args\.cmd\.matches: pattern '\(a\)\\1' is not valid RE2 "
+            r"syntax: invalid escape sequence: \\1 \(RE2 has no backreferences or lookaround",
+        ),
+        (
+            "{id: look, effect: allow, args: {p: {full_match: '(?<=a)b'}}}",
+            r"rule 'look': args\.p\.full_match: pattern '\(\?<=a\)b' is not valid RE2",
+        ),
+        (
+            "{id: huge, effect: allow, args: {p: {matches: '((a{1000}){1000}){1000}'}}}",
+            r"rule 'huge': args\.p\.matches: pattern .* is not valid RE2",
+        ),
+        (
+            "{id: long, effect: allow, tool: '" + "a" * 1025 + "'}",
+            r"rule 'long': tool: pattern is 1025 characters; at most 1024",
+        ),
+        # ``regex`` meant a full match: refused with what to write, never silently a search.
+        (
+            "{id: old, effect: allow, args: {k: {regex: 'user:\\d+'}}}",
+            r"args\.k: .*'regex' is no longer an operator: it meant a full match.*full_match:",
+        ),
+        ("{id: e, effect: deny, tool: []}", r"policy\.rules\.0\.tool: .*empty list matches"),
+        ("{id: e, effect: deny, action: []}", r"policy\.rules\.0\.action: .*empty list"),
+        ("{id: e, effect: deny, subject: {agent: []}}", r"subject\.agent: .*matches nobody"),
+        ("{id: e, effect: deny, args: {k: {one_of: []}}}", r"args\.k\.one_of"),
+        ("{id: e, effect: deny, time: {days: []}}", r"time\.days"),
+        ("{id: e, effect: deny, time: {tz: Mars/Olympus}}", r"time\.tz: .*not an IANA"),
+        (
+            "{id: e, effect: deny, time: {start: '22:00', end: '06:00'}}",
+            r"start 22:00 is not before end 06:00; a window across midnight is two rules",
+        ),
+    ],
+)
+def test_policy_config_errors_say_what_to_write(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load(tmp_path, rule(text))
+
+
+def test_policy_operators_load(tmp_path: Path) -> None:
+    config = load(
+        tmp_path,
+        rule(
+            "{id: ok, effect: deny, args: {c: {matches: 'rm\\s+-rf', full_match: '.*'}, "
+            "n: {min: 1, max: 2}, e: {equals: null}, g: {glob: '[!x]*'}}}"
+        ),
+    )
+    args = config.policy.rules[0].args
+    assert args["c"].patterns() == [("matches", r"rm\s+-rf"), ("full_match", ".*")]
+    assert args["e"].has_equals and not args["n"].has_equals

@@ -1,11 +1,13 @@
 """Autonomy as policy: ``suggest`` and ``semi`` agents get stricter copies of the rules.
 
-The gateway's policy is ordered, first match wins. For an agent with ``autonomy: suggest``
-every rule that could apply to it is copied, in order and narrowed to that agent, with
-``allow`` turned into ``ask``; for ``semi`` the copies keep their effect but lose
-``allow_high_risk``, so the pipeline asks a person before a high-risk tool runs. The copies
-go before the original rules, so for that agent each call meets the same rule as before,
-only stricter; a ``deny`` stays a deny. ``auto`` agents are left to the policy as written.
+The gateway's policy is deny-overrides: of the matching rules a deny wins, then an ask, then an
+allow, and the first rule of the winning effect decides. For an agent with ``autonomy:
+suggest`` every rule that could apply to it is copied, narrowed to that agent, with ``allow``
+turned into ``ask``: whenever an allow matched for that agent its ``ask`` copy matches too and
+outranks it. For ``semi`` the copies keep their effect but lose ``allow_high_risk``; they go
+before the original rules, so the first matching allow (the one that decides, and whose
+``allow_high_risk`` counts) is a copy, and the pipeline asks a person before a high-risk tool
+runs. A ``deny`` stays a deny. ``auto`` agents are left to the policy as written.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from sandgate.cli.doctor import doctor
 from sandgate.cli.env import env
 from sandgate.cli.keys import keys_app
 from sandgate.cli.mcp import mcp
+from sandgate.cli.policy import policy_app
 from sandgate.cli.run import run
 from sandgate.cli.runs import runs_app
 from sandgate.cli.sandbox import sandbox_app
@@ -32,6 +33,7 @@ app.add_typer(templates_app, name="templates")
 app.add_typer(sandbox_app, name="sandbox")
 app.command("run")(run)
 app.add_typer(tools_app, name="tools")
+app.add_typer(policy_app, name="policy")
 app.add_typer(audit_app, name="audit")
 app.add_typer(approvals_app, name="approvals")
 app.add_typer(runs_app, name="runs")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -125,7 +126,7 @@ ToolConfig = Annotated[
 
 
 class SubjectMatch(_Section):
-    """Who a rule is about. Every field given must match; a list means any of."""
+    """Who a rule is about. Every field given must match; a list means any of (globs)."""
 
     team: list[str] | None = None
     api_key: list[str] | None = None
@@ -139,30 +140,62 @@ class SubjectMatch(_Section):
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
-
-class ArgCondition(_Section):
-    """A condition on one argument; all the given checks must hold."""
-
-    equals: Any = None
-    glob: str | None = None
-    regex: str | None = None
-    min: float | None = None
-    max: float | None = None
-    one_of: list[Any] | None = None
-
-    @field_validator("regex")
+    @field_validator("team", "api_key", "agent", "sandbox")
     @classmethod
-    def _compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"not a valid regular expression: {exc}") from None
+    def _not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("an empty list matches nobody; leave the key out to match anyone")
         return value
 
 
+class ArgCondition(_Section):
+    """A condition on one argument; every check given must hold (docs/tools.md lists them).
+
+    ``glob``, ``matches`` and ``full_match`` hold only for strings; ``min``/``max`` only for
+    numbers; ``equals``/``one_of`` compare JSON values. The patterns are checked (and later
+    compiled) by ``PolicyRule``, so an error names the rule.
+    """
+
+    equals: Any = None
+    one_of: list[Any] | None = Field(None, min_length=1)
+    glob: str | None = None
+    #: RE2 search: the pattern occurs anywhere in the value.
+    matches: str | None = None
+    #: RE2 full match: the pattern covers the whole value.
+    full_match: str | None = None
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _regex_is_gone(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "regex" in data:
+            raise ValueError(
+                "'regex' is no longer an operator: it meant a full match of the whole value, "
+                "so write full_match: '<pattern>' for that, or matches: '<pattern>' to find "
+                "the pattern anywhere in the value (both RE2 syntax)"
+            )
+        return data
+
+    @property
+    def has_equals(self) -> bool:
+        """``equals`` was given (``equals: null`` asks for a null value)."""
+        return "equals" in self.model_fields_set
+
+    def patterns(self) -> list[tuple[Literal["glob", "matches", "full_match"], str]]:
+        """The pattern operators given, as (operator, source)."""
+        given: list[tuple[Literal["glob", "matches", "full_match"], str | None]] = [
+            ("glob", self.glob),
+            ("matches", self.matches),
+            ("full_match", self.full_match),
+        ]
+        return [(op, source) for op, source in given if source is not None]
+
+
 class TimeWindow(_Section):
-    days: list[Day] = Field(default_factory=lambda: list(DAYS))
+    """Days and a time of day, ``start`` inclusive, ``end`` exclusive, in ``tz``."""
+
+    days: list[Day] = Field(default_factory=lambda: list(DAYS), min_length=1)
     start: str = "00:00"
     end: str = "24:00"
     #: An IANA zone name.
@@ -174,6 +207,39 @@ class TimeWindow(_Section):
         if value != "24:00" and not _HHMM.match(value):
             raise ValueError("must be HH:MM (24-hour)")
         return value
+
+    @field_validator("tz")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"'{value}' is not an IANA time zone (e.g. Europe/Paris)") from None
+        return value
+
+    @property
+    def start_minute(self) -> int:
+        """``start`` as minutes since midnight."""
+        return _minutes(self.start)
+
+    @property
+    def end_minute(self) -> int:
+        """``end`` as minutes since midnight (``24:00`` is 1440)."""
+        return _minutes(self.end)
+
+    @model_validator(mode="after")
+    def _start_before_end(self) -> TimeWindow:
+        if self.start_minute >= self.end_minute:
+            raise ValueError(
+                f"start {self.start} is not before end {self.end}; a window across midnight "
+                "is two rules (e.g. 22:00-24:00 and 00:00-06:00)"
+            )
+        return self
+
+
+def _minutes(hhmm: str) -> int:
+    hours, mins = hhmm.split(":")
+    return int(hours) * 60 + int(mins)
 
 
 class RateLimit(_Section):
@@ -187,7 +253,7 @@ class PolicyRule(_Section):
     id: str = Field(min_length=1, max_length=100)
     effect: Literal["allow", "deny", "ask"]
     subject: SubjectMatch = SubjectMatch()
-    #: Tool name globs (canonical names). Empty or absent means every tool.
+    #: Tool name globs (canonical names). Absent means every tool.
     tool: list[str] = Field(default_factory=lambda: ["*"])
     #: Action globs (the value of the tool's action parameter).
     action: list[str] | None = None
@@ -204,9 +270,49 @@ class PolicyRule(_Section):
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
+    @field_validator("tool", "action")
+    @classmethod
+    def _not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("an empty list matches nothing; leave the key out to match any")
+        return value
+
+    @model_validator(mode="after")
+    def _patterns_compile(self) -> PolicyRule:
+        """Every glob and RE2 pattern compiles within its bounds; errors name the rule."""
+        # Imported here: sandgate.policy imports this module's models.
+        from sandgate.policy.patterns import PatternError, compile_pattern
+
+        for where, operator, source in self.pattern_sources():
+            try:
+                compile_pattern(operator, source)
+            except PatternError as exc:
+                raise ValueError(f"rule '{self.id}': {where}: {exc}") from None
+        return self
+
+    def pattern_sources(
+        self,
+    ) -> list[tuple[str, Literal["glob", "matches", "full_match"], str]]:
+        """Every pattern of the rule as (where, operator, source)."""
+        found: list[tuple[str, Literal["glob", "matches", "full_match"], str]] = []
+        subject = self.subject
+        for name in ("team", "api_key", "agent", "sandbox"):
+            for glob in getattr(subject, name) or []:
+                found.append((f"subject.{name}", "glob", glob))
+        for key, glob in subject.metadata.items():
+            found.append((f"subject.metadata.{key}", "glob", glob))
+        found += [("tool", "glob", glob) for glob in self.tool]
+        found += [("action", "glob", glob) for glob in self.action or []]
+        for arg, condition in self.args.items():
+            for operator, source in condition.patterns():
+                found.append((f"args.{arg}.{operator}", operator, source))
+        return found
+
 
 class PolicyConfig(_Section):
-    """Ordered rules; the first that matches decides; nothing matching means deny."""
+    """Rules with deny-overrides semantics: among the rules matching a call any ``deny``
+    wins, then any ``ask``, then any ``allow``; nothing matching means deny. Order only
+    picks which rule of the winning effect decides (the first), for its id and options."""
 
     rules: list[PolicyRule] = Field(default_factory=list)
     #: Tool calls one sandbox may make in its life; None means unlimited.

@@ -1,31 +1,44 @@
-"""Deciding a tool call: ordered rules, first match wins, default deny.
+"""Deciding a tool call: deny-overrides, default deny.
+
+Semantics: of the rules that match a call, any ``deny`` wins wherever it stands in the list;
+otherwise any ``ask``; otherwise any ``allow``; no matching rule denies (rule id
+``default-deny``). The decision names one rule, the *deciding* rule: the first rule in list
+order among those of the winning effect. Its id is audited, and its options apply (its
+``rate_limit``, ``allow_high_risk``, ``approval_timeout_s``). So order never changes *whether*
+a call is allowed, asked or denied, only which rule of that effect speaks for it; adding an
+``allow`` anywhere can never turn a deny into anything else.
 
 Trust: the engine trusts its rules (reviewed config) and the ``Subject`` (built by the gateway
 from the store). It trusts nothing about the tool name or arguments: names are compared in
-canonical form (``tools.names``), and argument conditions are evaluated on the *validated*
-arguments, the same object the executor later receives (GW-07). It does not execute, wait for
-approvals or audit; the pipeline in ``tools.pipeline`` does, with this engine's ``Decision``.
+canonical form (``tools.names``), argument conditions are evaluated on the *validated*
+arguments, the same object the executor later receives (GW-07), and every pattern runs in time
+linear in the text (``policy.patterns``). A condition that cannot be judged (a text over the
+input bound, a NaN under a numeric bound) denies the call with rule id ``undecidable``. The
+engine does not execute, wait for approvals or audit; the pipeline in ``tools.pipeline`` does,
+with this engine's ``Decision``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from fnmatch import fnmatchcase
-from typing import Any, Literal
-from zoneinfo import ZoneInfo
+from typing import Any
 
-from sandgate.config import ArgCondition, PolicyConfig, PolicyRule, SubjectMatch, TimeWindow
+from sandgate.config import PolicyConfig, PolicyRule
+from sandgate.errors import ConfigError
+from sandgate.policy.patterns import PatternError, Undecidable
+from sandgate.policy.rules import CompiledRule, Effect
 from sandgate.policy.subject import Subject
 
-__all__ = ["DEFAULT_DENY", "Decision", "PolicyEngine"]
+__all__ = ["DEFAULT_DENY", "EFFECT_STRENGTH", "UNDECIDABLE", "Decision", "PolicyEngine"]
 
 #: The rule id recorded when no rule matched.
 DEFAULT_DENY = "default-deny"
-
-Effect = Literal["allow", "deny", "ask"]
+#: The rule id recorded when a condition could not be judged on the call's input.
+UNDECIDABLE = "undecidable"
+#: Strongest first: the effect that wins when rules of several effects match.
+EFFECT_STRENGTH: tuple[Effect, ...] = ("deny", "ask", "allow")
 
 
 @dataclass(frozen=True)
@@ -33,9 +46,12 @@ class Decision:
     effect: Effect
     rule_id: str
     rule: PolicyRule | None = None
+    detail: str = ""
 
     @property
     def reason(self) -> str:
+        if self.detail:
+            return self.detail
         if self.rule is None:
             return "no policy rule allows this call (default deny)"
         return f"policy rule '{self.rule_id}' says {self.effect}"
@@ -45,11 +61,14 @@ class PolicyEngine:
     """Evaluates a ``PolicyConfig``. Pure: the same inputs give the same decision."""
 
     def __init__(self, config: PolicyConfig) -> None:
-        self._rules = list(config.rules)
+        try:
+            self._rules = [CompiledRule.compile(rule) for rule in config.rules]
+        except PatternError as exc:  # config validation checks first; this is a safety net
+            raise ConfigError(f"policy: {exc}") from None
 
     @property
     def rules(self) -> list[PolicyRule]:
-        return list(self._rules)
+        return [compiled.rule for compiled in self._rules]
 
     def decide(
         self,
@@ -59,90 +78,48 @@ class PolicyEngine:
         arguments: Mapping[str, Any],
         now: datetime,
     ) -> Decision:
-        """The first matching rule's effect, or deny with rule ``default-deny``."""
-        for rule in self._rules:
-            if (
-                _subject_matches(rule.subject, subject)
-                and _any_glob(rule.tool, tool)
-                and (rule.action is None or (action is not None and _any_glob(rule.action, action)))
-                and all(_arg_matches(c, name, arguments) for name, c in rule.args.items())
-                and (rule.time is None or _in_window(rule.time, now))
-            ):
-                return Decision(rule.effect, rule.id, rule)
+        """The strongest effect among the matching rules, named by its first rule."""
+        deciding: dict[Effect, CompiledRule] = {}
+        try:
+            for rule in self._rules:
+                if rule.effect in deciding:
+                    continue  # an earlier rule of this effect already speaks for it
+                if rule.matches(subject, tool, action, arguments, now):
+                    deciding[rule.effect] = rule
+                    if rule.effect == "deny":
+                        break  # nothing can outrank a deny
+        except Undecidable as exc:
+            return Decision(
+                "deny",
+                UNDECIDABLE,
+                detail=f"the policy cannot judge this call: {exc.what} (denied)",
+            )
+        for effect in EFFECT_STRENGTH:
+            if effect in deciding:
+                winner = deciding[effect]
+                return Decision(effect, winner.id, winner.rule)
         return Decision("deny", DEFAULT_DENY)
 
     def may_use(self, subject: Subject, tool: str) -> bool:
-        """Whether some call of ``tool`` could be allowed for ``subject`` (stub visibility).
+        """Whether some call of ``tool`` could be allowed for ``subject`` (stub visibility)."""
+        return self.hidden_by(subject, tool) is None
 
-        A rule that only matches some actions, arguments or hours may allow some calls, so it
-        makes the tool visible; an unconditional deny hides it from every later rule.
+    def hidden_by(self, subject: Subject, tool: str) -> Decision | None:
+        """None when some call of ``tool`` could be allowed or asked for ``subject``; else the
+        deny that applies to every call of it.
+
+        A tool is usable when an ``allow`` or ``ask`` rule applies to the subject and tool,
+        unless a ``deny`` with no action, argument or time condition does: that one matches
+        every call of the tool wherever it stands, so the decision names it. With no such
+        deny and no allow or ask, the decision is ``default-deny``.
         """
-        for rule in self._rules:
-            if not (_subject_matches(rule.subject, subject) and _any_glob(rule.tool, tool)):
-                continue
-            if rule.effect != "deny":
-                return True
-            if rule.action is None and not rule.args and rule.time is None:
-                return False
-        return False
-
-
-def _any_glob(patterns: list[str], value: str) -> bool:
-    return any(fnmatchcase(value, pattern) for pattern in patterns)
-
-
-def _subject_matches(match: SubjectMatch, subject: Subject) -> bool:
-    checks: list[tuple[list[str] | None, str | None]] = [
-        (match.team, subject.team_id),
-        (match.api_key, subject.api_key_id),
-        (match.agent, subject.agent),
-        (match.sandbox, subject.sandbox_id),
-    ]
-    for patterns, value in checks:
-        if patterns is not None and (value is None or not _any_glob(patterns, value)):
-            return False
-    for key, pattern in match.metadata.items():
-        value = subject.metadata.get(key)
-        if value is None or not fnmatchcase(str(value), pattern):
-            return False
-    return True
-
-
-def _arg_matches(condition: ArgCondition, name: str, arguments: Mapping[str, Any]) -> bool:
-    if name not in arguments:
-        return False
-    value = arguments[name]
-    if condition.equals is not None and value != condition.equals:
-        return False
-    if condition.one_of is not None and value not in condition.one_of:
-        return False
-    if condition.glob is not None and not (
-        isinstance(value, str) and fnmatchcase(value, condition.glob)
-    ):
-        return False
-    if condition.regex is not None and not (
-        isinstance(value, str) and re.fullmatch(condition.regex, value) is not None
-    ):
-        return False
-    if condition.min is not None or condition.max is not None:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return False
-        if condition.min is not None and value < condition.min:
-            return False
-        if condition.max is not None and value > condition.max:
-            return False
-    return True
-
-
-def _in_window(window: TimeWindow, now: datetime) -> bool:
-    local = now.astimezone(ZoneInfo(window.tz))
-    day = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")[local.weekday()]
-    if day not in window.days:
-        return False
-    minute = local.hour * 60 + local.minute
-    return _minutes(window.start) <= minute < _minutes(window.end)
-
-
-def _minutes(hhmm: str) -> int:
-    hours, minutes = hhmm.split(":")
-    return int(hours) * 60 + int(minutes)
+        try:
+            applicable = [rule for rule in self._rules if rule.applies_to(subject, tool)]
+        except Undecidable as exc:
+            return Decision("deny", UNDECIDABLE, detail=f"the policy cannot judge: {exc.what}")
+        for rule in applicable:
+            if rule.effect == "deny" and rule.unconditional:
+                return Decision("deny", rule.id, rule.rule)
+        if any(rule.effect != "deny" for rule in applicable):
+            return None
+        return Decision("deny", DEFAULT_DENY)

@@ -179,7 +179,8 @@ class Gateway:
         try:
             self._resolve_and_validate(call)
         except SandgateError as exc:
-            return {"effect": "deny", "rule": DEFAULT_DENY, "error": exc.message}
+            rule = call.decision.rule_id if call.decision else DEFAULT_DENY
+            return {"effect": "deny", "rule": rule, "error": exc.message}
         decision = self._decision(call)
         return {"effect": decision.effect, "rule": decision.rule_id, "reason": decision.reason}
 
@@ -359,9 +360,12 @@ class Gateway:
                 f"tool {str(call.requested)[:100]!r}: no policy rule allows this call "
                 "(default deny)"
             )
-        if not self.policy.may_use(call.subject, tool.name):
+        hidden = self.policy.hidden_by(call.subject, tool.name)
+        if hidden is not None:
             # A tool this subject can never use is denied before validation, so its schema
-            # (and existence) is not revealed through validation errors (GW-01).
+            # (and existence) is not revealed through validation errors (GW-01). The audit
+            # names the deny rule that hides it; the caller gets the default-deny message.
+            call.decision = hidden
             raise PolicyDenied(f"{tool.name}: no policy rule allows this call (default deny)")
         call.tool = tool
         call.arguments = validate_arguments(tool.name, tool.parameters, call.raw_arguments)

@@ -16,6 +16,7 @@ import structlog
 
 from sandgate.config import BuiltinTool, ExecTool, HttpTool, McpTool, PythonTool, ToolConfig
 from sandgate.errors import ConfigError, ToolFailed
+from sandgate.policy import ToolShape
 from sandgate.secrets import SecretStore
 from sandgate.tools.builtin import http_fetch, kv
 from sandgate.tools.executors.exec import ExecExecutor
@@ -24,7 +25,7 @@ from sandgate.tools.executors.mcp import McpExecutor, gateway_name, import_tools
 from sandgate.tools.executors.python import PythonExecutor, load_entry_point
 from sandgate.tools.tool import Executor, Tool
 
-__all__ = ["ToolRegistry"]
+__all__ = ["ToolRegistry", "tool_shapes"]
 
 log = structlog.get_logger("sandgate.tools")
 
@@ -85,6 +86,31 @@ class ToolRegistry:
         raise ConfigError(f"tools: '{config.name}' has no executor here")
 
 
+def tool_shapes(configs: Iterable[ToolConfig]) -> list[ToolShape]:
+    """The declared tools as ``policy lint`` sees them, without building executors or
+    starting MCP servers (an MCP server stands for every ``<name>_*`` tool)."""
+    shapes = []
+    for config in configs:
+        if isinstance(config, McpTool):
+            shapes.append(ToolShape(config.name, {}, None, prefix=True))
+        else:
+            parameters, action = config.parameters, config.action
+            if isinstance(config, BuiltinTool):
+                module = _builtin(config)
+                parameters, action = module.PARAMETERS, module.ACTION
+            shapes.append(ToolShape(config.name, parameters, action))
+    return shapes
+
+
+def _builtin(config: BuiltinTool) -> Any:
+    """The module of a builtin tool (its schema, description, action and idempotence)."""
+    if config.name not in ("kv", "http_fetch"):
+        raise ConfigError(
+            f"tools: there is no builtin tool '{config.name}' (builtins: kv, http_fetch)"
+        )
+    return kv if config.name == "kv" else http_fetch
+
+
 def _tool(
     config: ToolConfig,
     executor: Executor,
@@ -95,7 +121,7 @@ def _tool(
     action = config.action
     idempotent = config.idempotent
     if isinstance(config, BuiltinTool):
-        module = kv if config.name == "kv" else http_fetch
+        module = _builtin(config)
         parameters = module.PARAMETERS
         description = config.description or module.DESCRIPTION
         action = module.ACTION

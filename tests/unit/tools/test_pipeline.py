@@ -124,3 +124,43 @@ def test_GW_10_unwritable_audit_fails_closed(gateway: Gateway) -> None:
     reply = call(gateway, "echo", {})
     assert reply["error"]["code"] == "audit_unavailable" and reply["error"]["status"] == 503
     assert len(sample_tools.CALLS) == before
+
+
+DENY_AFTER_ALLOW = """
+tools:
+  - name: echo
+    kind: python
+    entry: "tests.unit.tools.sample_tools:echo"
+    parameters: {type: object, properties: {path: {type: string}}}
+  - name: hidden
+    kind: python
+    entry: "tests.unit.tools.sample_tools:echo"
+policy:
+  rules:
+    - {id: allow-all, effect: allow, tool: "*"}
+    - {id: no-etc, effect: deny, tool: echo, args: {path: {matches: "^/etc/"}}}
+    - {id: no-hidden, effect: deny, tool: hidden}
+"""
+
+
+def test_policy_deny_after_allow_wins_in_the_pipeline_and_is_audited(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(DENY_AFTER_ALLOW)
+    config = load_config(path, environ={"SANDGATE_HOME": str(tmp_path)})
+    gateway = build_gateway(config, Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    before = len(sample_tools.CALLS)
+    denied = call(gateway, "echo", {"path": "/etc/shadow"})
+    assert denied["error"]["code"] == "policy_denied"
+    assert "policy rule 'no-etc' says deny" in denied["error"]["message"]
+    assert call(gateway, "echo", {"path": "/tmp/x"})["ok"]
+    # An unconditional deny hides the tool before validation; the audit still names it.
+    hidden = call(gateway, "hidden", {"anything": 1})
+    assert hidden["error"]["message"] == "hidden: no policy rule allows this call (default deny)"
+    assert [(r["tool"], r["outcome"], r["rule"]) for r in gateway.audit.records()] == [
+        ("echo", "denied", "no-etc"),
+        ("echo", "allowed", "allow-all"),
+        ("hidden", "denied", "no-hidden"),
+    ]
+    assert len(sample_tools.CALLS) == before + 1
+    assert gateway.dry_run(SUBJECT, "hidden", {})["rule"] == "no-hidden"
+    assert [t.name for t in gateway.visible_tools(SUBJECT)] == ["echo"]
