@@ -20,6 +20,7 @@
     ├── QuotaExceeded             quota_exceeded   429   resource_exhausted
     │   └── RateLimited           rate_limited     429   (tool call rate limit or budget)
     ├── RuntimeUnavailable        runtime_unavailable 503 unavailable
+    │   └── RuntimeBelowFloor     runtime_below_floor 503 (kernel/runtime below a patched floor)
     ├── SandboxUnavailable        sandbox_unavailable 502 unavailable
     ├── TemplateBuildError        template_build_failed 500 internal
     ├── ToolFailed                tool_failed      502   (the tool ran and failed)
@@ -51,6 +52,7 @@ __all__ = [
     "PolicyDenied",
     "QuotaExceeded",
     "RateLimited",
+    "RuntimeBelowFloor",
     "RuntimeUnavailable",
     "SandboxNotFound",
     "SandboxUnavailable",
@@ -140,6 +142,14 @@ class RuntimeUnavailable(SandgateError):
 
     code = "runtime_unavailable"
     status = 503
+
+
+class RuntimeBelowFloor(RuntimeUnavailable):
+    """The host's kernel or container runtime is below a patched floor (known, fixed escapes)
+    and no exception accepts it; the message names the component, the version found, the
+    floor, the CVEs and the fix. No sandbox is started on it."""
+
+    code = "runtime_below_floor"
 
 
 class SandboxUnavailable(SandgateError):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.server import RunningServer
+from tests.fixtures.server import FLOOR_EXCEPTIONS_ENV, TEST_FLOOR_EXCEPTIONS, RunningServer
 from tests.framework.envd import create
 
 
@@ -19,6 +19,8 @@ def sandgate(home: Path, *args: str, check: bool = True) -> subprocess.Completed
     env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "SANDGATE_"))}
     env["SANDGATE_HOME"] = str(home)
     env["COLUMNS"] = "200"
+    # As the test servers: commands that pick a runtime (`sandbox kill`) must pick Docker here.
+    env[FLOOR_EXCEPTIONS_ENV] = json.dumps(TEST_FLOOR_EXCEPTIONS)
     proc = subprocess.run(
         [sys.executable, "-m", "sandgate", *args],
         env=env,

@@ -57,3 +57,46 @@ def test_e2b_domain_is_refused() -> None:
 def test_unreadable_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(tmp_path / "missing.yaml", environ={})
+
+
+# -- runtime.accept_below_floor: an operator accepts exactly what they name -----------------
+
+
+def test_floor_exception_from_the_environment_in_flow_yaml() -> None:
+    config = load_config(
+        None,
+        environ={
+            "SANDGATE_RUNTIME__ACCEPT_BELOW_FLOOR": (
+                "[{component: runc, cves: [CVE-2025-31133, CVE-2025-52565], "
+                'reason: "waiting for the bookworm backport", expires: 2027-01-31}]'
+            )
+        },
+    )
+    (exception,) = config.runtime.accept_below_floor
+    assert exception.component == "runc"
+    assert exception.cves == ["CVE-2025-31133", "CVE-2025-52565"]
+    assert exception.reason == "waiting for the bookworm backport"
+    assert str(exception.expires) == "2027-01-31"
+
+
+@pytest.mark.parametrize(
+    ("entry", "where"),
+    [
+        ("{component: runc, cves: [CVE-2025-31133]}", "reason"),  # no reason
+        ("{component: runc, cves: [CVE-2025-31133], reason: '  '}", "reason"),
+        ("{component: runc, cves: [], reason: r}", "cves"),  # nothing named
+        ("{component: runc, cves: ['*'], reason: r}", "cves"),  # no wildcard
+        ("{component: runc, cves: [all], reason: r}", "cves"),
+        ("{component: runc, cves: [CVE-2025], reason: r}", "cves"),
+        ("{component: crun, cves: [CVE-2025-31133], reason: r}", "component"),
+        ("{component: runc, cves: [CVE-2025-31133], reason: r, everything: true}", "everything"),
+    ],
+)
+def test_floor_exception_cannot_be_broader_than_named_cves(entry: str, where: str) -> None:
+    with pytest.raises(ConfigError, match=rf"runtime\.accept_below_floor\.0\.{where}"):
+        load_config(None, environ={"SANDGATE_RUNTIME__ACCEPT_BELOW_FLOOR": f"[{entry}]"})
+
+
+def test_floor_exceptions_are_not_a_switch() -> None:
+    with pytest.raises(ConfigError, match=r"runtime\.accept_below_floor"):
+        load_config(None, environ={"SANDGATE_RUNTIME__ACCEPT_BELOW_FLOOR": "true"})

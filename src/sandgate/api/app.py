@@ -30,7 +30,8 @@ from sandgate.egress import EgressHook
 from sandgate.errors import SandgateError
 from sandgate.guest import build_zipapp
 from sandgate.runtimes import Runtime
-from sandgate.runtimes.select import select_runtime
+from sandgate.runtimes.floors import FloorReport
+from sandgate.runtimes.select import select
 from sandgate.sandboxes import SandboxService
 from sandgate.store import Store
 from sandgate.tools import ToolGatewayHook, build_gateway
@@ -43,10 +44,19 @@ log = structlog.get_logger("sandgate.api")
 class Application:
     """Everything one server process holds; ``asgi`` is what uvicorn serves."""
 
-    def __init__(self, config: Config, store: Store, runtime: Runtime) -> None:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        runtime: Runtime,
+        *,
+        floors: FloorReport | None = None,
+    ) -> None:
         self.config = config
         self.store = store
         self.runtime = runtime
+        #: The runtime floors as judged at start (issue 12); shown by GET /health.
+        self.floors = floors or FloorReport()
         home = config.home_dir
         # Tool gateway (issue 5): its services, its lifecycle hook and its /v1 API.
         # (Agent runner, issue 7: the policy gets each agent's autonomy rules.)
@@ -92,8 +102,10 @@ class Application:
         control.router.routes.append(Route(MCP_PATH, self.mcp, name="mcp"))
 
         @control.get("/health")
-        async def health() -> dict[str, str]:
-            return {"status": "ok"}
+        async def health() -> dict[str, Any]:
+            # ``status`` stays first and "ok" while the server answers (clients and SDK
+            # helpers read only it); the rest says whether sandboxes can start here.
+            return {"status": "ok", **floor_health(self.floors, self.runtime.name)}
 
         self.asgi: ASGIApp = Router(
             BodyLimit(control, config.server.max_json_body_bytes),
@@ -121,12 +133,66 @@ class Application:
 
 
 def create_app(config: Config) -> Application:
-    """Opens the store (migrating it) and picks the runtime; raises ``SandgateError``."""
+    """Opens the store (migrating it) and picks the runtime, logging its floors (accepted
+    exceptions at every start); raises ``SandgateError``."""
     home = config.home_dir
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     store = Store.open(config.store_url)
-    runtime = select_runtime(config, instance_id(home))
-    return Application(config, store, runtime)
+    runtime, choice = select(config, instance_id(home))
+    log_floors(choice.floors, runtime.name, choice.reason)
+    return Application(config, store, runtime, floors=choice.floors)
+
+
+def floor_health(report: FloorReport, kind: str) -> dict[str, Any]:
+    """``/health``'s view of the floors: ``floors`` is ``ok``, ``accepted`` (running with the
+    listed exceptions) or ``below`` (creates refused); ``floor_exceptions`` names each
+    accepted risk by component and CVE (versions stay in ``sandgate doctor``: the route needs
+    no key)."""
+    exceptions: dict[str, list[str]] = {}
+    for finding in report.accepted(kind):
+        cves = exceptions.setdefault(finding.component, [])
+        cves += [cve for cve in finding.open_cves if cve not in cves]
+    return {
+        "runtime": kind,
+        "floors": report.state(kind),
+        "floor_exceptions": [
+            {"component": component, "cves": cves} for component, cves in exceptions.items()
+        ],
+    }
+
+
+def log_floors(report: FloorReport, kind: str, reason: str) -> None:
+    """Says at every start what the floors decided: an error when creates are refused, a
+    warning per accepted exception, and warnings for exceptions that expired or match
+    nothing."""
+    log.info("runtime.selected", runtime=kind, reason=reason)
+    refusal = report.refusal(kind)
+    if refusal is not None:
+        log.error("runtime.below_floor", runtime=kind, refused=refusal)
+    for finding in report.accepted(kind):
+        log.warning(
+            "runtime.floor_exception_accepted",
+            component=finding.component,
+            found=finding.found,
+            source=finding.fact.source,
+            cves=",".join(finding.open_cves),
+            required=finding.floor.required,
+            reason="; ".join(e.reason for e in finding.accepted_by),
+        )
+    for exception in report.expired:
+        log.warning(
+            "runtime.floor_exception_expired",
+            component=exception.component,
+            cves=",".join(exception.cves),
+            expired=str(exception.expires),
+        )
+    for exception, cve in report.unused:
+        log.warning(
+            "runtime.floor_exception_unused",
+            component=exception.component,
+            cve=cve,
+            why="no component this runtime uses is below a floor for it here; remove it",
+        )
 
 
 def instance_id(home: Path) -> str:

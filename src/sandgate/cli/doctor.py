@@ -1,9 +1,10 @@
 """``sandgate doctor``: is this machine ready to run sandboxes safely? Each problem comes with
-its fix. Exits non-zero when something required is missing."""
+its fix. Exits non-zero when something required is missing, or when the runtime ``serve``
+would use is below a patched floor that no exception accepts (an accepted one is shown as
+``accepted``, never as ``ok``)."""
 
 from __future__ import annotations
 
-import re
 import shutil
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,8 @@ import typer
 from rich.table import Table
 
 from sandgate.cli._common import ConfigOption, console, friendly_errors, load
-from sandgate.runtimes.select import choose
+from sandgate.runtimes.floors import RUNTIME_COMPONENTS, Finding, FloorStatus
+from sandgate.runtimes.select import Choice, choose
 from sandgate.templates import (
     SHIPPED_TEMPLATES,
     NativeTemplateBuilder,
@@ -20,38 +22,15 @@ from sandgate.templates import (
     TemplateBuildError,
 )
 
-#: The runc release that fixed CVE-2024-21626 ("Leaky Vessels"). (The engine's own seccomp
-#: defaults do not matter: sandboxes get Sandgate's profile.)
-RUNC_FLOOR = (1, 1, 12)
 _MIN_FREE_BYTES = 2 * 1024**3
 
 
 @dataclass
 class Check:
     name: str
-    status: str  # "ok" | "warn" | "fail"
+    status: str  # "ok" | "warn" | "accepted" | "fail"
     detail: str
     fix: str = ""
-
-
-def _version(text: str) -> tuple[int, ...]:
-    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
-    return tuple(int(p) for p in match.groups()) if match else (0, 0, 0)
-
-
-def _floor_check(name: str, found: str, floor: tuple[int, ...], why: str) -> Check:
-    if _version(found) >= floor:
-        return Check(name, "ok", found)
-    floor_text = ".".join(map(str, floor))
-    if "deb" in found or "ubuntu" in found:
-        return Check(
-            name,
-            "warn",
-            f"{found} (distribution build below upstream {floor_text})",
-            f"distributions backport fixes: confirm {why} is fixed in this package "
-            "(Debian security tracker), or install an upstream build",
-        )
-    return Check(name, "fail", f"{found} < {floor_text}", f"upgrade: {why}")
 
 
 def run_checks(config_path: Any = None) -> list[Check]:
@@ -86,11 +65,6 @@ def run_checks(config_path: Any = None) -> list[Check]:
             checks.extend(_native_template_checks(cfg))
     if client is not None:
         checks.append(Check("docker engine", "ok", f"Docker {version.get('Version')}"))
-        runc = str((info.get("RuncCommit") or {}).get("ID", ""))
-        for component in version.get("Components", []):
-            if component.get("Name") == "runc":
-                runc = str(component.get("Version", runc))
-        checks.append(_floor_check("runc", runc or "unknown", RUNC_FLOOR, "CVE-2024-21626"))
         cgroup = str(info.get("CgroupVersion", "?"))
         checks.append(
             Check(
@@ -201,17 +175,21 @@ def _native_template_checks(cfg: Any) -> list[Check]:
 
 
 def runtime_checks(cfg: Any) -> list[Check]:
-    """Which runtime ``serve`` would use and why; for bwrap, each isolation feature it needs.
-    A missing bwrap feature fails only when bwrap is (or would have to be) the runtime."""
+    """Which runtime ``serve`` would use and why; each runtime floor; for bwrap, each
+    isolation feature it needs. A missing bwrap feature fails only when bwrap is (or would
+    have to be) the runtime; a floor below fails only when the runtime ``serve`` would use
+    depends on the component."""
     choice = choose(cfg)
+    usable = choice.kind is not None and choice.refusal is None
     checks = [
         Check(
             "runtime",
-            "ok" if choice.kind else "fail",
+            "ok" if usable else "fail",
             f"{choice.kind or 'none'}: {choice.reason}",
-            "" if choice.kind else "see the failing checks below",
+            "" if usable else "see the failing checks below",
         )
     ]
+    checks += floor_checks(choice)
     requirements = choice.bwrap
     if not requirements:
         from sandgate.runtimes.bwrap import check_host
@@ -224,13 +202,60 @@ def runtime_checks(cfg: Any) -> list[Check]:
     return checks
 
 
+def floor_checks(choice: Choice) -> list[Check]:
+    """One row per component and floor: what was found, what is required, the CVEs."""
+    needed = RUNTIME_COMPONENTS.get(choice.kind or "", ())
+    checks = [
+        _floor_check(finding, finding.component in needed) for finding in choice.floors.findings
+    ]
+    for exception in choice.floors.expired:
+        checks.append(
+            Check(
+                f"floor exception {exception.component}",
+                "warn",
+                f"{', '.join(exception.cves)}: expired on {exception.expires}, no longer applied",
+                "upgrade, or renew the exception in runtime.accept_below_floor",
+            )
+        )
+    for exception, cve in choice.floors.unused:
+        checks.append(
+            Check(
+                f"floor exception {exception.component}",
+                "warn",
+                f"{cve}: nothing this runtime uses here is below a floor for it",
+                "remove it from runtime.accept_below_floor",
+            )
+        )
+    return checks
+
+
+def _floor_check(finding: Finding, needed: bool) -> Check:
+    cves = ", ".join(finding.floor.cves) or finding.floor.id
+    name = f"floor {finding.component}: {cves}"
+    detail = (
+        f"{finding.found} ({finding.fact.source}); needs {finding.floor.required}; {finding.detail}"
+    )
+    if finding.status in (FloorStatus.OK, FloorStatus.NOT_AFFECTED):
+        return Check(name, "ok", detail)
+    if finding.status is FloorStatus.ADVISORY:
+        return Check(name, "warn", detail, f"not enforced; {finding.fix()}")
+    if finding.status is FloorStatus.ACCEPTED:
+        why = "; ".join(
+            e.reason + (f" (until {e.expires})" if e.expires else "") for e in finding.accepted_by
+        )
+        return Check(name, "accepted", detail, f"accepted risk: {why}")
+    if not needed:
+        return Check(name, "warn", detail, f"serve does not use it; {finding.fix()}")
+    return Check(name, "fail", detail, finding.fix())
+
+
 @friendly_errors
 def doctor(config: ConfigOption = None) -> None:
     """Checks the engine, runtime versions against patched floors, cgroups, disk and
     templates; every problem says how to fix it."""
     checks = run_checks(config)
     table = Table("check", "status", "detail", "fix")
-    colours = {"ok": "green", "warn": "yellow", "fail": "red"}
+    colours = {"ok": "green", "warn": "yellow", "accepted": "magenta", "fail": "red"}
     for check in checks:
         table.add_row(
             check.name, f"[{colours[check.status]}]{check.status}[/]", check.detail, check.fix

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from sandgate.cli._common import ConfigOption, console, friendly_errors, load
+from sandgate.cli._common import ConfigOption, console, err_console, friendly_errors, load
 
 
 @friendly_errors
@@ -29,6 +29,14 @@ def serve(
         cfg = cfg.model_copy(update={"server": cfg.server.model_copy(update=overrides)})
     configure_logging(cfg.logging.level, json_logs=cfg.logging.json_logs)
     application = create_app(cfg)
+    kind = application.runtime.name
+    refusal = application.floors.refusal(kind)
+    if refusal is not None:
+        err_console.print(f"[bold red]No sandbox will start[/]: {refusal}")
+    for finding in application.floors.accepted(kind):
+        err_console.print(
+            f"[bold yellow]Accepted risk[/] (runtime.accept_below_floor): {finding.problem()}"
+        )
     ensure_shipped_templates(cfg, application.store, build=cfg.templates.build_on_start)
     # `sandgate env` reads the same config; flags given here must reach it as variables.
     flags = "".join(f"SANDGATE_SERVER__{k.upper()}={v} " for k, v in overrides.items())

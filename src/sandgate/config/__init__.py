@@ -30,6 +30,8 @@ from sandgate.config._load import load_config
 from sandgate.config._model import (
     Config,
     DockerConfig,
+    FloorComponent,
+    FloorException,
     LimitsConfig,
     LoggingConfig,
     RuntimeConfig,
@@ -52,6 +54,8 @@ __all__ = [
     "EgressConfig",
     "EgressRule",
     "ExecTool",
+    "FloorComponent",
+    "FloorException",
     "HttpTool",
     "LimitsConfig",
     "LoggingConfig",

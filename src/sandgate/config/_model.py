@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from sandgate.config._agents import (
     AgentConfig,
@@ -58,6 +66,35 @@ class DockerConfig(_Section):
     base_url: str = ""
 
 
+#: The host components runtime floors cover (``runtimes/profiles/runtime-floors.yaml``).
+FloorComponent = Literal["kernel", "docker", "containerd", "runc", "bubblewrap"]
+CveId = Annotated[str, StringConstraints(pattern=r"^CVE-\d{4}-\d{4,}$")]
+
+
+class FloorException(_Section):
+    """One accepted risk: sandboxes may start although ``component`` is below its patched
+    floor for exactly these ``cves``.
+
+    Deliberately narrow, so an operator accepts no more than they meant: each CVE is named (no
+    wildcard, no "all", no per-component switch), a feature floor without a CVE cannot be
+    accepted, a reason is required, and ``expires`` (optional) ends the exception on that
+    day. Accepted exceptions are logged at every start and shown by ``sandgate doctor`` and
+    ``GET /health``.
+    """
+
+    component: FloorComponent
+    cves: list[CveId] = Field(min_length=1)
+    reason: str
+    expires: date | None = None
+
+    @field_validator("reason")
+    @classmethod
+    def _reason_given(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("say why this risk is accepted (reason must not be empty)")
+        return value.strip()
+
+
 class RuntimeConfig(_Section):
     kind: Literal["auto", "docker", "bwrap"] = "auto"
     #: Where template root file systems are kept (exported from Docker images, built without
@@ -65,6 +102,12 @@ class RuntimeConfig(_Section):
     #: copy-on-write layer over one of them. Empty means ``$SANDGATE_HOME/rootfs``.
     rootfs_dir: Path | None = None
     docker: DockerConfig = DockerConfig()
+    #: Accepted risks: floors sandboxes may start below (see ``FloorException``). Empty: every
+    #: enforced floor is required.
+    accept_below_floor: list[FloorException] = Field(default_factory=list)
+    #: A YAML file of further floors, in the shipped list's format (``floors:`` only). They add
+    #: to the shipped floors; nothing in it can relax them.
+    extra_floors: Path | None = None
 
 
 class LimitsConfig(_Section):
