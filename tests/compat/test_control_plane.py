@@ -157,3 +157,20 @@ def test_api_key_survives_hard_restart(sandgate_server_factory: ServerFactory) -
     assert response.status_code == 200, response.text
     assert response.json() == []
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def internet_server(sandgate_server_factory: ServerFactory) -> RunningServer:
+    """A server whose ``allow_internet_access`` grants the ``internet`` preset."""
+    return sandgate_server_factory(config={"egress": {"internet_access": ["internet"]}})
+
+
+def test_allow_internet_access_reports_reachability(
+    client: PreparedClient, e2b_env: dict[str, str], internet_server: RunningServer
+) -> None:
+    # The shared server has no egress rules: the SDKs' default (true) reaches nothing.
+    offline = client.run("internet_flag", e2b_env)
+    assert_sdk_version(offline, client)
+    assert (offline["default"], offline["default_static"], offline["off"]) == (False, False, False)
+    online = client.run("internet_flag", internet_server.env)
+    assert (online["default"], online["default_static"], online["off"]) == (True, True, False)

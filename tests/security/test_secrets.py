@@ -255,11 +255,17 @@ def test_NET_08_terminated_tunnels_check_sni_and_host(
         "tls", target, "bound.test", "/run/sandgate/egress-ca.pem", request.encode().hex()
     )
     assert misdirected["cert_names"] == ["bound.test"]  # minted by the install's CA
-    assert misdirected["status"] == 421, misdirected
+    assert misdirected["status"] == 400, misdirected
     assert misdirected["headers"]["x-sandgate-reason"] == "host_mismatch"
     assert tls_upstream.requests[before:] == []
     closes = _records(secret_server, box.id, "egress.close")
     assert [c.get("refused") for c in closes][-1] == "host_mismatch"
+    (refused,) = _records(secret_server, box.id, "egress.request")
+    assert (refused["outcome"], refused["reason"], refused["host_header"]) == (
+        "denied",
+        "host_mismatch",
+        ["evil.test"],
+    )
 
 
 def test_NET_10_terminated_tunnels_parse_strictly_and_never_hang(

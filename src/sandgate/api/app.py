@@ -94,7 +94,14 @@ class Application:
         )
         _install_error_handlers(control)
         control.state.store = store  # read by sandgate.api.auth for every route's caller
-        control.include_router(build_control_router(self.sandboxes, store, config.server.domain))
+        control.include_router(
+            build_control_router(
+                self.sandboxes,
+                store,
+                config.server.domain,
+                reaches_internet=self.egress_hook.reaches_internet,
+            )
+        )
         control.include_router(build_v1_router(self.gateway, store))
         control.include_router(build_agents_router(self.agents, store))  # agent runner
         # -- MCP over streamable HTTP (issue 7): /v1/mcp, same keys; sessions in _lifespan --

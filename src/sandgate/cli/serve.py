@@ -14,13 +14,23 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on.")] = None,
     config: ConfigOption = None,
+    allow_package_registries: Annotated[
+        bool,
+        typer.Option(
+            "--allow-package-registries",
+            help="Let every sandbox reach PyPI, npm and Debian's archive (the egress presets "
+            "pypi, npm and debian), as if egress.allow listed them.",
+        ),
+    ] = False,
 ) -> None:
     """Runs the Sandgate server in the foreground (Ctrl-C stops it; sandboxes keep running
     and are found again on the next start)."""
+    import structlog
     import uvicorn
 
     from sandgate.api.app import create_app
     from sandgate.cli._bootstrap import ensure_shipped_templates
+    from sandgate.config import PACKAGE_REGISTRIES, PRESETS
     from sandgate.logs import configure_logging
 
     cfg = load(config)
@@ -28,6 +38,16 @@ def serve(
     if overrides:
         cfg = cfg.model_copy(update={"server": cfg.server.model_copy(update=overrides)})
     configure_logging(cfg.logging.level, json_logs=cfg.logging.json_logs)
+    if allow_package_registries:
+        cfg = cfg.model_copy(update={"egress": cfg.egress.with_presets(PACKAGE_REGISTRIES)})
+        hosts = sorted({h for name in PACKAGE_REGISTRIES for h, _ in PRESETS[name]})
+        structlog.get_logger("sandgate.egress").info(
+            "egress.package_registries_allowed", presets=list(PACKAGE_REGISTRIES), hosts=hosts
+        )
+        console.print(
+            f"Egress: every sandbox may reach the package registries "
+            f"({', '.join(PACKAGE_REGISTRIES)}: {', '.join(hosts)})."
+        )
     application = create_app(cfg)
     kind = application.runtime.name
     refusal = application.floors.refusal(kind)

@@ -8,7 +8,7 @@ from sandgate.config._agents import (
     ProviderConfig,
     SkillsConfig,
 )
-from sandgate.config._egress import EgressConfig, EgressRule, SecretBinding
+from sandgate.config._egress import EgressConfig, EgressRule, PresetRule, SecretBinding
 from sandgate.config._gateway import (
     ApprovalsConfig,
     ArgCondition,
@@ -40,8 +40,11 @@ from sandgate.config._model import (
     StoreConfig,
     TemplatesConfig,
 )
+from sandgate.config._presets import PACKAGE_REGISTRIES, PRESETS, preset_of
 
 __all__ = [
+    "PACKAGE_REGISTRIES",
+    "PRESETS",
     "AgentBudgets",
     "AgentConfig",
     "AgentSandbox",
@@ -63,6 +66,7 @@ __all__ = [
     "ModelChoice",
     "PolicyConfig",
     "PolicyRule",
+    "PresetRule",
     "ProviderConfig",
     "PythonTool",
     "RateLimit",
@@ -78,4 +82,5 @@ __all__ = [
     "TimeWindow",
     "ToolConfig",
     "load_config",
+    "preset_of",
 ]

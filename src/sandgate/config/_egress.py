@@ -5,8 +5,8 @@ section permits) names it. Rules are written ``host``, ``host:port`` or ``host:p
 as an object when they need more::
 
     egress:
-      allow: ["pypi.org:443", "*.pythonhosted.org:443"]   # every sandbox
-      templates: {node: ["registry.npmjs.org:443"]}       # sandboxes of one template
+      allow: [pypi, "api.example.com:443"]                # every sandbox (a preset, a host)
+      templates: {node: [npm]}                            # sandboxes of one template
       agents: {researcher: ["*.wikipedia.org:443"]}       # sandboxes of one declared agent
       internet_access: []                                 # what E2B allow_internet_access grants
       api_allow_out: ["*.github.com:443"]                 # what network.allowOut may ask for
@@ -17,7 +17,12 @@ as an object when they need more::
 
 ``host`` is an exact name, ``*.domain`` (subdomains of domain, not domain itself), ``*`` (any
 name; public addresses only) or an IP literal (that address only). ``ports`` default to 443
-and 80; port 25 is always refused. A non-public address (private, loopback, link-local, CGNAT,
+and 80; port 25 is always refused.
+
+A bare word in any of these lists names a preset (``_presets``): ``allow: [pypi, npm]``,
+``internet_access: [internet]``. A bare word is never a host, so an unknown one is an error
+that lists the known presets; a single-label host is written ``{host: minio}`` or
+``minio:9000``. A non-public address (private, loopback, link-local, CGNAT,
 multicast, reserved) is reached only through a rule whose ``addresses`` contains it; metadata
 endpoints are refused whatever a rule says.
 
@@ -42,16 +47,39 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress, IPvAnyNetwork, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    IPvAnyAddress,
+    IPvAnyNetwork,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
-__all__ = ["DEFAULT_PORTS", "EgressConfig", "EgressRule", "SecretBinding", "parse_rule_text"]
+from sandgate.config._presets import PRESETS
+
+__all__ = [
+    "DEFAULT_PORTS",
+    "EgressConfig",
+    "EgressRule",
+    "PresetRule",
+    "RuleEntry",
+    "SecretBinding",
+    "parse_rule_text",
+]
 
 DEFAULT_PORTS: tuple[int, ...] = (443, 80)
 _HOST = re.compile(r"^(\*|(\*\.)?[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?)$")
 _BOUND_HOST = re.compile(r"^(\*\.)?[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$")
+#: A bare word: no dot, no port, no wildcard. Always a preset name, never a host.
+_PRESET_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _HEADER = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 #: Headers a placeholder may never be substituted into: framing, routing and proxy control.
@@ -125,6 +153,47 @@ class EgressRule(_Section):
         return self
 
 
+class PresetRule(_Section):
+    """A named preset (``pypi``) standing for the rules ``_presets.PRESETS`` lists for it."""
+
+    preset: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        return {"preset": value.strip()} if isinstance(value, str) else value
+
+    @field_validator("preset")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        key = name.lower()
+        if key not in PRESETS:
+            raise ValueError(
+                f"unknown egress preset '{name}'; known presets: {', '.join(PRESETS)} "
+                f"(a single-label host is written {{host: {name}}} or {name}:<port>)"
+            )
+        return key
+
+    @property
+    def rules(self) -> list[EgressRule]:
+        return [EgressRule(host=host, ports=list(ports)) for host, ports in PRESETS[self.preset]]
+
+
+def _entry_kind(value: Any) -> str:
+    if isinstance(value, PresetRule) or (isinstance(value, dict) and "preset" in value):
+        return "preset"
+    if isinstance(value, str) and _PRESET_WORD.match(value.strip()):
+        return "preset"
+    return "host"
+
+
+#: One entry of a rule list: a host rule (text or object) or a preset name.
+RuleEntry = Annotated[
+    Annotated[EgressRule, Tag("host")] | Annotated[PresetRule, Tag("preset")],
+    Discriminator(_entry_kind),
+]
+
+
 def _check_ports(ports: list[int]) -> None:
     for port in ports:
         if not 0 < port < 65536:
@@ -184,17 +253,17 @@ class EgressConfig(_Section):
     """Allow-lists (all empty by default: no egress) and the proxy's per-sandbox limits."""
 
     #: Rules every sandbox gets.
-    allow: list[EgressRule] = Field(default_factory=list)
+    allow: list[RuleEntry] = Field(default_factory=list)
     #: Rules per template name.
-    templates: dict[str, list[EgressRule]] = Field(default_factory=dict)
+    templates: dict[str, list[RuleEntry]] = Field(default_factory=dict)
     #: Rules per declared agent id (``agents:``), for sandboxes that act as that agent.
-    agents: dict[str, list[EgressRule]] = Field(default_factory=dict)
+    agents: dict[str, list[RuleEntry]] = Field(default_factory=dict)
     #: What ``allow_internet_access: true`` grants. E2B SDKs send ``true`` by default, so it
-    #: must mean nothing unless the operator says so here (e.g. ``["*:443", "*:80"]``).
-    internet_access: list[EgressRule] = Field(default_factory=list)
+    #: must mean nothing unless the operator says so here (e.g. ``[internet]``).
+    internet_access: list[RuleEntry] = Field(default_factory=list)
     #: The ceiling for ``network.allowOut`` in create calls: an entry is honoured only if one
     #: of these rules covers its host (and ports); anything else is refused with 400.
-    api_allow_out: list[EgressRule] = Field(default_factory=list)
+    api_allow_out: list[RuleEntry] = Field(default_factory=list)
     #: Fixed answers used instead of DNS for these names (tests, split-horizon setups). An
     #: override does not make an address reachable: non-public answers still need a rule
     #: whose ``addresses`` contains them.
@@ -211,6 +280,12 @@ class EgressConfig(_Section):
     #: Extra CA certificates (PEM) trusted when the proxy itself connects over TLS to a bound
     #: host, on top of the system's (a corporate CA; a test fixture's CA).
     upstream_ca_file: Path | None = None
+
+    def with_presets(self, names: Iterable[str]) -> EgressConfig:
+        """A copy whose ``allow`` (every sandbox) also lists these presets."""
+        present = {entry.preset for entry in self.allow if isinstance(entry, PresetRule)}
+        added = [PresetRule(preset=name) for name in names if name not in present]
+        return self.model_copy(update={"allow": [*self.allow, *added]})
 
     @model_validator(mode="after")
     def _unique_variables(self) -> EgressConfig:

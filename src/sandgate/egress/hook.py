@@ -29,6 +29,7 @@ from sandgate.egress.resolver import Resolver
 from sandgate.egress.rules import build_policy, validate_rules
 from sandgate.egress.tls import CA_ENV, EgressCA, upstream_context
 from sandgate.egress.tunnel import EgressSocket, Interception, TunnelLimits
+from sandgate.errors import InvalidRequest
 from sandgate.guest.protocol import EGRESS_PROXY_PORT
 from sandgate.runtimes.base import GUEST_DIR_IN_SANDBOX
 from sandgate.sandboxes.publish import publish_file
@@ -87,6 +88,26 @@ class EgressHook:
     def socket_of(self, sandbox_id: str) -> EgressSocket | None:
         return self._sockets.get(sandbox_id)
 
+    def reaches_internet(self, sandbox: Sandbox) -> bool:
+        """Whether ``sandbox``'s effective rules reach any public host (what E2B's
+        ``allowInternetAccess`` reports): its attached policy, or for a sandbox without a
+        socket (paused) the policy it would get now."""
+        server = self._sockets.get(sandbox.id)
+        if server is not None:
+            return server.policy.reaches_internet
+        try:
+            policy = build_policy(
+                self._config,
+                template=sandbox.alias,
+                agent=self._agent_of(sandbox),
+                internet_access=sandbox.allow_internet_access,
+                network=sandbox.network,
+                strict=False,
+            )
+        except InvalidRequest:
+            return False
+        return policy.reaches_internet
+
     async def attach(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
         """Raises ``InvalidRequest`` when the create call asks for egress the operator does
         not permit (a new sandbox only; an adopted one drops such entries)."""
@@ -121,6 +142,7 @@ class EgressHook:
                 "subject": {"sandbox": sandbox.id, "team": sandbox.team_id, "agent": agent},
                 "outcome": "attached",
                 "policy": dict(policy.summary),
+                "internet": policy.reaches_internet,
                 "secrets": interception.secrets.names if interception else [],
             }
         )

@@ -2,13 +2,15 @@
 ``http://`` request. Strict on purpose (NET-10): a request this module cannot read exactly
 one way is refused with 400 before anything is dialled.
 
-For plain HTTP the head is rewritten for the origin: origin-form target, ``Host`` set from the
-URI, hop-by-hop and ``Proxy-*`` headers dropped, ``Connection: close`` added, so the upstream
-ends the exchange and one proxy connection carries one upstream connection.
+Nothing here rewrites a request: it says what the request names (method, authority, the
+origin-form target to forward) and leaves the ``Host`` check (``authority``) and the
+forwarding (``exchange``) to others. Every ``BadRequest`` carries a stable ``reason`` code
+for the refusal and the audit record.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -23,6 +25,7 @@ __all__ = [
     "check_framing",
     "parse_head",
     "parse_request",
+    "read_http_head",
     "split_authority",
 ]
 
@@ -30,6 +33,10 @@ __all__ = [
 MAX_HEAD: Final = 16 * 1024
 _TOKEN = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _VERSION = re.compile(rb"^HTTP/1\.[01]$")
+#: A request target: visible ASCII only (no spaces, tabs, controls, DEL or non-ASCII).
+_TARGET = re.compile(r"^[\x21-\x7e]+$")
+#: Longest method accepted while deciding whether a tunnel's first bytes are HTTP.
+_MAX_METHOD = 32
 HOP_BY_HOP: Final = frozenset(
     {
         b"connection",
@@ -46,7 +53,12 @@ HOP_BY_HOP: Final = frozenset(
 
 
 class BadRequest(ValueError):
-    """The request cannot be read unambiguously; the message says why."""
+    """The request cannot be read unambiguously, or names its destination in a way the
+    proxy refuses; the message says why, ``reason`` is the stable code."""
+
+    def __init__(self, message: str, reason: str = "bad_request") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -55,8 +67,10 @@ class ProxyRequest:
     #: The host exactly as written (canonicalised later, by the policy step).
     host: str
     port: int
-    #: Bytes to send upstream before splicing (empty for CONNECT).
-    upstream_head: bytes
+    #: The parsed head (for an absolute-form request, its Host is checked against the URI).
+    head: Head
+    #: The origin-form target to forward (absolute-form requests); empty for CONNECT.
+    origin_target: str = ""
 
     @property
     def is_connect(self) -> bool:
@@ -113,10 +127,9 @@ def parse_head(head: bytes) -> Head:
     parts = lines[0].split(b" ")
     if len(parts) != 3 or not _TOKEN.match(parts[0]) or not _VERSION.match(parts[2]):
         raise BadRequest("request line must be 'METHOD target HTTP/1.x'")
-    try:
-        target = parts[1].decode("ascii")
-    except UnicodeDecodeError:
-        raise BadRequest("request target must be ASCII") from None
+    target = parts[1].decode("latin-1")
+    if not _TARGET.match(target):
+        raise BadRequest("the request target must be visible ASCII (no spaces or controls)")
     headers: list[tuple[bytes, bytes, bytes]] = []
     for line in lines[1:]:
         if line[:1] in (b" ", b"\t"):
@@ -147,30 +160,82 @@ def parse_request(head: bytes) -> ProxyRequest:
     parsed = parse_head(head)
     if parsed.method == "CONNECT":
         host, port = split_authority(parsed.target, None)
-        return ProxyRequest(parsed.method, host, port, b"")
-    return _plain(parsed)
+        return ProxyRequest(parsed.method, host, port, parsed)
+    return _absolute(parsed)
 
 
-def _plain(head: Head) -> ProxyRequest:
+def _absolute(head: Head) -> ProxyRequest:
+    if head.target.startswith("/") or head.target == "*":
+        # SECURITY: the proxy never routes by Host; the destination is in the request line.
+        raise BadRequest(
+            "this is a proxy: send absolute-form ('GET http://host/path') or CONNECT "
+            "host:port; a request for '/' names no destination (the Host header is not used "
+            "to pick one)",
+            "target_form",
+        )
     url = urlsplit(head.target)
     if url.scheme.lower() != "http" or not url.netloc:
-        raise BadRequest("only CONNECT and absolute http:// requests are proxied")
+        raise BadRequest(
+            "only CONNECT and absolute http:// requests are proxied (for https://, use CONNECT)",
+            "target_form",
+        )
     if "@" in url.netloc:
-        raise BadRequest("userinfo in the URL is not accepted")
+        raise BadRequest("userinfo in the URL is not accepted", "authority_invalid")
+    if "#" in head.target:
+        raise BadRequest("a request target has no fragment ('#')", "target_form")
     host, port = split_authority(url.netloc, 80)
     check_framing(head)
-    headers, method, version = head.headers, head.method, head.version
-    named = {
-        token.strip().lower()
-        for n, _, v in headers
-        if n == b"connection"
-        for token in v.split(b",")
-    }
     path = url.path or "/"
     if url.query:
         path += "?" + url.query
-    authority = url.netloc if port != 80 or url.netloc.endswith(":80") else host
-    out = [f"{method} {path} ".encode() + version, b"Host: " + authority.encode()]
-    out += [name + b": " + v for n, name, v in headers if n not in HOP_BY_HOP | named]
-    out.append(b"Connection: close")
-    return ProxyRequest(method, host, port, b"\r\n".join(out) + b"\r\n\r\n")
+    return ProxyRequest(head.method, host, port, head, path)
+
+
+def _could_be_request_line(data: bytes) -> bool | None:
+    """Whether ``data`` starts an HTTP request line: True once ``METHOD SP target SP HTTP/``
+    is there, False as soon as it cannot be, None while undecided."""
+    method, sep, rest = data.partition(b" ")
+    if len(method) > _MAX_METHOD or (method and not _TOKEN.match(method)):
+        return False
+    if not sep:
+        return None
+    if not method:
+        return False
+    target, sep, version = rest.partition(b" ")
+    if any(byte <= 0x20 or byte >= 0x7F for byte in target) or len(target) > MAX_HEAD:
+        return False
+    if not sep:
+        return None
+    if version[:5] == b"HTTP/":
+        return True
+    return None if b"HTTP/".startswith(version) else False
+
+
+async def read_http_head(
+    reader: asyncio.StreamReader, first: bytes, timeout_s: float
+) -> tuple[bytes, bool]:
+    """Reads on from ``first`` (a tunnel's first plaintext bytes) until it is clear whether
+    the client speaks HTTP. Returns (every byte read, is_http); when HTTP, the bytes hold the
+    request head (and possibly more), or as much of it as came: at most a little over
+    ``MAX_HEAD`` bytes, or everything before the client stopped sending.
+
+    Never waits for bytes once they cannot be HTTP, so protocols where the server speaks
+    first, or that are not line-based, are not held up. Raises ``TimeoutError`` when an
+    HTTP-looking start stalls: the caller refuses it rather than splicing it, so waiting
+    cannot be used to skip the ``Host`` check.
+    """
+    data = first
+    async with asyncio.timeout(timeout_s):
+        while (verdict := _could_be_request_line(data)) is None:
+            chunk = await reader.read(MAX_HEAD)
+            if not chunk:
+                return data, False
+            data += chunk
+        if not verdict:
+            return data, False
+        while b"\r\n\r\n" not in data and len(data) <= MAX_HEAD:
+            chunk = await reader.read(MAX_HEAD)
+            if not chunk:
+                break
+            data += chunk
+    return data, True

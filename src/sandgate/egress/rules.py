@@ -10,7 +10,8 @@ Where a sandbox's rules come from (``build_policy``), in the order they are cons
    ``allow_internet_access``, ``egress.internet_access``. E2B SDKs send ``true`` by default,
    so ``internet_access`` is empty by default: the flag alone opens nothing.
 
-Nothing else is reachable. Port 25 is refused whatever the rules say.
+Nothing else is reachable. Port 25 is refused whatever the rules say. A preset entry
+(``pypi``) compiles to its hosts, all under the entry's id (``allow#0:pypi``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from sandgate.config import EgressConfig, EgressRule
-from sandgate.config._egress import parse_rule_text
+from sandgate.config import EgressConfig, EgressRule, PresetRule
+from sandgate.config._egress import RuleEntry, parse_rule_text
 from sandgate.egress.addresses import Network
 from sandgate.egress.names import Host, InvalidHost, canonical_host
 from sandgate.errors import InvalidRequest
@@ -103,6 +104,19 @@ class EgressPolicy:
     allow: tuple[CompiledRule, ...] = ()
     summary: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def reaches_internet(self) -> bool:
+        """True when any public host name is reachable (a ``*`` rule on a usable port, e.g.
+        the ``internet`` preset) and no denyOut entry takes every host away again. This is
+        what E2B's ``allowInternetAccess`` reports."""
+
+        def any_host(rules: Iterable[CompiledRule]) -> bool:
+            return any(r.pattern == _ANY and r.ports - BLOCKED_PORTS for r in rules)
+
+        if any_host(self.allow_first):
+            return True
+        return any_host(self.allow) and not any(r.pattern == _ANY for r in self.deny)
+
     def decide(self, host: Host, port: int) -> Decision:
         """Matches ``host`` (canonical) and ``port`` against the rules, first list first."""
         if port in BLOCKED_PORTS:
@@ -127,9 +141,17 @@ class EgressPolicy:
 
 
 def _compile_all(
-    prefix: str, rules: Iterable[EgressRule], *, trusted: bool = True
+    prefix: str, entries: Iterable[RuleEntry], *, trusted: bool = True
 ) -> list[CompiledRule]:
-    return [compile_rule(f"{prefix}#{i}", r, trusted=trusted) for i, r in enumerate(rules)]
+    """Every entry compiled; a preset entry yields one rule per host, all with its id."""
+    compiled = []
+    for index, entry in enumerate(entries):
+        if isinstance(entry, PresetRule):
+            rule_id = f"{prefix}#{index}:{entry.preset}"
+            compiled += [compile_rule(rule_id, r, trusted=trusted) for r in entry.rules]
+        else:
+            compiled.append(compile_rule(f"{prefix}#{index}", entry, trusted=trusted))
+    return compiled
 
 
 def _request_rule(prefix: str, index: int, text: Any) -> CompiledRule:
@@ -188,11 +210,15 @@ def build_policy(
     if internet_access:
         allow += _compile_all("internet_access", config.internet_access)
     summary = {
-        "allow_out": [r.id for r in allow_first],
-        "deny_out": [r.id for r in deny],
-        "allow": [r.id for r in allow],
+        "allow_out": _ids(allow_first),
+        "deny_out": _ids(deny),
+        "allow": _ids(allow),
     }
     return EgressPolicy(tuple(allow_first), tuple(deny), tuple(allow), summary)
+
+
+def _ids(rules: Iterable[CompiledRule]) -> list[str]:
+    return list(dict.fromkeys(r.id for r in rules))
 
 
 def _asked(wanted: CompiledRule, ceiling: CompiledRule, explicit_ports: bool) -> CompiledRule:
@@ -202,16 +228,16 @@ def _asked(wanted: CompiledRule, ceiling: CompiledRule, explicit_ports: bool) ->
 
 def validate_rules(config: EgressConfig) -> None:
     """Compiles every configured rule once; raises ``InvalidHost`` naming the bad one."""
-    groups: list[tuple[str, Sequence[EgressRule]]] = [
+    groups: list[tuple[str, Sequence[RuleEntry]]] = [
         ("egress.allow", config.allow),
         ("egress.internet_access", config.internet_access),
         ("egress.api_allow_out", config.api_allow_out),
         *((f"egress.templates.{k}", v) for k, v in config.templates.items()),
         *((f"egress.agents.{k}", v) for k, v in config.agents.items()),
     ]
-    for name, rules in groups:
-        for index, rule in enumerate(rules):
+    for name, entries in groups:
+        for index, entry in enumerate(entries):
             try:
-                compile_rule(f"{name}#{index}", rule, trusted=True)
+                _compile_all(name, [entry])
             except InvalidHost as exc:
                 raise InvalidHost(f"{name}.{index}: {exc}") from None

@@ -7,11 +7,16 @@ a request can name another sandbox (NET-18). Enforced here, per connection: requ
 (``request``), the sandbox's rules (``rules``), host canonicalisation (``names``), resolution
 by the gateway (``resolver``), address ranges (``addresses``), a cap on open tunnels, idle and
 total time limits, one audit record per decision plus one when an allowed tunnel closes
-(with byte counts), and for CONNECT tunnels the TLS server name: a ClientHello whose SNI is not
-the CONNECT host ends the tunnel (NET-08). Tunnels to a host:port one of the sandbox's secrets
-is bound to are terminated and carry one request each (``intercept``); all others are spliced
-byte for byte. The absence of any other route out of the sandbox is the runtime's job (no
-network interface but loopback).
+(with byte counts).
+
+Every HTTP request the proxy can read is forwarded by ``exchange``, one per connection, after
+its ``Host`` was checked against the authority the policy allowed (``authority``; a mismatch
+is 400, never a rewrite): absolute-form requests (checked before anything is dialled), plain
+HTTP inside a CONNECT tunnel (recognised from its first bytes), and HTTPS in tunnels to a
+host:port one of the sandbox's secrets is bound to, which are terminated (``intercept``).
+Other CONNECT tunnels are spliced byte for byte; for TLS ones the ClientHello's server name
+must be the CONNECT host (NET-08). The absence of any other route out of the sandbox is the
+runtime's job (no network interface but loopback).
 
 Wire: the sandbox side speaks plain HTTP/1.1 proxy requests (the guest's relay on
 ``127.0.0.1:3128`` just copies bytes to this socket). Refusals are HTTP answers (``refusal``).
@@ -31,15 +36,33 @@ import h11
 import structlog
 
 from sandgate.audit import AuditLog
+from sandgate.config import PACKAGE_REGISTRIES, preset_of
 from sandgate.egress.addresses import address_refusal
+from sandgate.egress.authority import HTTP_PORT, HTTPS_PORT, Authority, check_host_header
 from sandgate.egress.clienthello import FirstFlight, Malformed, read_first_flight
-from sandgate.egress.intercept import Exchange, TlsServerStream, exchange
+from sandgate.egress.exchange import (
+    ClientStream,
+    Exchange,
+    PlainStream,
+    checked_head,
+    exchange,
+    read_head,
+)
+from sandgate.egress.intercept import TlsServerStream
 from sandgate.egress.names import Host, InvalidHost, IPAddress, canonical_host, format_host
 from sandgate.egress.placeholders import SandboxSecrets
 from sandgate.egress.refusal import Refused
-from sandgate.egress.request import MAX_HEAD, BadRequest, ProxyRequest, parse_request
+from sandgate.egress.request import (
+    MAX_HEAD,
+    BadRequest,
+    Head,
+    ProxyRequest,
+    parse_head,
+    parse_request,
+    read_http_head,
+)
 from sandgate.egress.resolver import ResolutionFailed, Resolver
-from sandgate.egress.rules import EgressPolicy
+from sandgate.egress.rules import Decision, EgressPolicy
 from sandgate.egress.tls import EgressCA
 from sandgate.errors import AuditUnavailable
 from sandgate.sandboxes.listener import SandboxListener
@@ -50,6 +73,7 @@ log = structlog.get_logger("sandgate.egress")
 
 _HEAD_TIMEOUT_S: Final = 30.0
 _CHUNK: Final = 64 * 1024
+_Upstream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 @dataclass(frozen=True)
@@ -68,6 +92,14 @@ class Interception:
     secrets: SandboxSecrets
     ca: EgressCA
     upstream: ssl.SSLContext = field(repr=False)
+
+
+class _HttpInTunnel(Exception):
+    """A spliced CONNECT tunnel's first bytes are an HTTP request: forward it as one."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__("plain HTTP in a tunnel")
+        self.data = data
 
 
 class EgressSocket(SandboxListener):
@@ -97,6 +129,10 @@ class EgressSocket(SandboxListener):
     @property
     def open_tunnels(self) -> int:
         return len(self._tasks)
+
+    @property
+    def policy(self) -> EgressPolicy:
+        return self._policy
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -130,19 +166,43 @@ class EgressSocket(SandboxListener):
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT_S)
             request = parse_request(head)
         except (asyncio.LimitOverrunError, ValueError) as exc:
-            message = str(exc) if isinstance(exc, BadRequest) else "request head too large"
-            self._record(None, "denied", "bad_request", detail=message)
-            raise Refused(400, "bad_request", "bad_request", message) from None
-        address, upstream = await self._open(request)
-        up_reader, up_writer = upstream
-        host = canonical_host(request.host)
+            bad = exc if isinstance(exc, BadRequest) else BadRequest("request head too large")
+            self._record(None, "denied", bad.reason, detail=str(bad))
+            raise Refused(400, "bad_request", bad.reason, str(bad)) from None
+        host, decision = self._decide(request)
+        addresses = await self._resolve(request, host, decision)
+        authority = Authority(host, request.port)
+        if not request.is_connect:
+            # SECURITY: before anything is dialled; the upstream never sees a request whose
+            # Host names another site than the one the policy allowed (NET-08).
+            try:
+                check_host_header(
+                    request.head,
+                    authority,
+                    default_port=HTTP_PORT,
+                    required=request.head.version != b"HTTP/1.0",
+                )
+            except BadRequest as bad:
+                self._record_bad(request, request.head, bad, event="egress.connect")
+                raise Refused(400, "bad_request", bad.reason, str(bad)) from None
+        address, (up_reader, up_writer) = await self._connect(request, addresses, decision)
         started = time.monotonic()
         closing: dict[str, Any] = {}
         sent = received = 0
         try:
             if not request.is_connect:
-                up_writer.write(request.upstream_head)
-                sent, received = await self._splice(reader, writer, up_reader, up_writer)
+                sent, received = await self._forward(
+                    PlainStream(reader, writer),
+                    head,
+                    request.head,
+                    (reader, writer),
+                    (up_reader, up_writer),
+                    request,
+                    authority,
+                    HTTP_PORT,
+                    request.origin_target,
+                    closing,
+                )
             else:
                 writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
                 interception = self._interception
@@ -151,12 +211,8 @@ class EgressSocket(SandboxListener):
                         reader, writer, up_reader, up_writer, request, interception, closing
                     )
                 else:
-                    sent, received = await self._splice(
-                        reader,
-                        writer,
-                        up_reader,
-                        up_writer,
-                        first=lambda: self._first_flight(reader, request, host),
+                    sent, received = await self._connect_tunnel(
+                        reader, writer, up_reader, up_writer, request, authority, closing
                     )
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError, ssl.SSLError) as exc:
             closing["ended"] = str(exc)[:200] or type(exc).__name__
@@ -174,13 +230,65 @@ class EgressSocket(SandboxListener):
             **closing,
         )
 
+    async def _connect_tunnel(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+        request: ProxyRequest,
+        authority: Authority,
+        closing: dict[str, Any],
+    ) -> tuple[int, int]:
+        """A tunnel the proxy does not terminate: spliced, unless its first bytes are a
+        plain HTTP request, which is checked and forwarded like an absolute-form one."""
+        try:
+            return await self._splice(
+                reader,
+                writer,
+                up_reader,
+                up_writer,
+                first=lambda: self._first_flight(reader, request, authority.host),
+            )
+        except _HttpInTunnel as switch:
+            buffered = switch.data
+        client = PlainStream(reader, writer)
+        try:
+            head = checked_head(buffered, authority, default_port=HTTP_PORT)
+        except BadRequest as bad:
+            return await self._refuse_in_tunnel(client, buffered, request, bad, closing)
+        return await self._forward(
+            client,
+            buffered,
+            head,
+            (reader, writer),
+            (up_reader, up_writer),
+            request,
+            authority,
+            HTTP_PORT,
+            head.target,
+            closing,
+        )
+
     async def _first_flight(
         self, reader: asyncio.StreamReader, request: ProxyRequest, host: Host
     ) -> bytes:
         """The client's first bytes, after checking a TLS server name against the CONNECT
-        host (NET-08); raises ``ConnectionError`` to end the tunnel."""
+        host (NET-08); raises ``ConnectionError`` to end the tunnel and ``_HttpInTunnel``
+        when the client speaks plain HTTP."""
         flight = await self._checked_flight(reader, request, host)
-        return flight.raw
+        if flight.is_tls:
+            return flight.raw
+        try:
+            data, is_http = await read_http_head(reader, flight.raw, _HEAD_TIMEOUT_S)
+        except TimeoutError:
+            # SECURITY: a stalled HTTP start is closed, not spliced, so waiting cannot skip
+            # the Host check.
+            self._record(request, "denied", "http_head_timeout", event="egress.request")
+            raise ConnectionError("plain HTTP head did not arrive") from None
+        if is_http:
+            raise _HttpInTunnel(data)
+        return data
 
     async def _checked_flight(
         self, reader: asyncio.StreamReader, request: ProxyRequest, host: Host
@@ -212,6 +320,7 @@ class EgressSocket(SandboxListener):
         closing: dict[str, Any],
     ) -> tuple[int, int]:
         host = str(canonical_host(request.host))
+        authority = Authority(host, request.port)
         flight = await self._checked_flight(reader, request, host)
         if not flight.is_tls:
             self._record(request, "denied", "tls_required")
@@ -222,8 +331,16 @@ class EgressSocket(SandboxListener):
         except (ssl.SSLError, TimeoutError) as exc:
             self._record(request, "denied", "client_tls_failed", detail=str(exc)[:200])
             raise ConnectionError("client TLS failed") from None
-        result = Exchange()
         try:
+            buffered = await read_head(client, self._limits.idle_timeout_s)
+        except BadRequest as bad:
+            return await self._refuse_in_tunnel(client, b"", request, bad, closing)
+        try:
+            head = checked_head(buffered, authority, default_port=HTTPS_PORT)
+        except BadRequest as bad:
+            return await self._refuse_in_tunnel(client, buffered, request, bad, closing)
+
+        async def upstream_tls() -> None:
             try:
                 async with asyncio.timeout(self._limits.connect_timeout_s):
                     await up_writer.start_tls(interception.upstream, server_hostname=host)
@@ -236,24 +353,67 @@ class EgressSocket(SandboxListener):
                     f"{host} did not present a certificate the gateway trusts: {exc}",
                 ) from None
 
-            def audit_request(done: Exchange) -> None:
-                self._record(
-                    request,
-                    "allowed",
-                    "secret_substituted" if done.secrets else "intercepted",
-                    event="egress.request",
-                    http_method=done.method,
-                    path=done.path,
-                    secrets=done.secrets,
-                )
+        return await self._forward(
+            client,
+            buffered,
+            head,
+            None,
+            (up_reader, up_writer),
+            request,
+            authority,
+            HTTPS_PORT,
+            head.target,
+            closing,
+            secrets=interception.secrets,
+            before=upstream_tls,
+        )
 
+    async def _forward(
+        self,
+        client: ClientStream,
+        buffered: bytes,
+        head: Head,
+        plain: _Upstream | None,
+        upstream: _Upstream,
+        request: ProxyRequest,
+        authority: Authority,
+        default_port: int,
+        target: str,
+        closing: dict[str, Any],
+        *,
+        secrets: SandboxSecrets | None = None,
+        before: Callable[[], Awaitable[None]] | None = None,
+    ) -> tuple[int, int]:
+        """One checked request and its response (``exchange``); ``plain`` is the client's
+        own connection when it is not encrypted, so an accepted upgrade can be spliced."""
+        up_reader, up_writer = upstream
+        result = Exchange()
+
+        def audit_request(done: Exchange) -> None:
+            reason = "forwarded" if secrets is None else "intercepted"
+            self._record(
+                request,
+                "allowed",
+                "secret_substituted" if done.secrets else reason,
+                event="egress.request",
+                http_method=done.method,
+                path=done.path,
+                secrets=done.secrets,
+            )
+
+        try:
+            if before is not None:
+                await before()
             await exchange(
                 client,
+                buffered,
+                head,
                 up_reader,
                 up_writer,
-                host=host,
-                port=request.port,
-                secrets=interception.secrets,
+                authority=authority,
+                default_port=default_port,
+                target=target,
+                secrets=secrets,
                 audit_request=audit_request,
                 idle_timeout_s=self._limits.idle_timeout_s,
                 result=result,
@@ -266,28 +426,61 @@ class EgressSocket(SandboxListener):
                     await client.write(refused.answer())
             closing["refused"] = refused.reason
         closing["status"] = result.status
-        return result.bytes_up, result.bytes_down
+        sent, received = result.bytes_up, result.bytes_down
+        if result.switched and plain is not None:
+            reader, writer = plain
+            up_writer.write(result.client_rest)
+            writer.write(result.upstream_rest)
+            more_up, more_down = await self._splice(reader, writer, up_reader, up_writer)
+            sent += len(result.client_rest) + more_up
+            received += len(result.upstream_rest) + more_down
+        return sent, received
 
-    async def _open(
-        self, request: ProxyRequest
-    ) -> tuple[IPAddress, tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
-        """Decides, resolves, checks and connects; raises ``Refused``."""
+    async def _refuse_in_tunnel(
+        self,
+        client: ClientStream,
+        buffered: bytes,
+        request: ProxyRequest,
+        bad: BadRequest,
+        closing: dict[str, Any],
+    ) -> tuple[int, int]:
+        """Answers a request inside a tunnel with 400, audited; nothing goes upstream."""
+        head: Head | None = None
+        end = buffered.find(b"\r\n\r\n")
+        if end >= 0:
+            with contextlib.suppress(BadRequest):
+                head = parse_head(buffered[: end + 4])
+        self._record_bad(request, head, bad, event="egress.request")
+        refused = Refused(400, "bad_request", bad.reason, str(bad))
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await client.write(refused.answer())
+        closing["refused"] = bad.reason
+        closing["status"] = 400
+        return 0, 0
+
+    def _decide(self, request: ProxyRequest) -> tuple[Host, Decision]:
+        """The canonical host and the policy's verdict; raises ``Refused`` (403)."""
         try:
             host = canonical_host(request.host)
         except InvalidHost as exc:
             self._record(request, "denied", "invalid_host", detail=str(exc))
             raise Refused(403, "destination_denied", "invalid_host", str(exc)) from None
         decision = self._policy.decide(host, request.port)
-        target = f"{format_host(host)}:{request.port}"
         if not decision.allowed:
             self._record(request, "denied", decision.reason, rule=decision.rule)
             raise Refused(
                 403,
                 "destination_denied",
                 decision.reason,
-                f"{target} is not allowed ({decision.reason}); egress is allow-listed per "
-                "sandbox: ask the operator to add it (egress.* in the config)",
+                _not_allowed(host, request.port, decision.reason),
             )
+        return host, decision
+
+    async def _resolve(
+        self, request: ProxyRequest, host: Host, decision: Decision
+    ) -> list[IPAddress]:
+        """Every address of ``host``, each checked; raises ``Refused``."""
+        target = f"{format_host(host)}:{request.port}"
         try:
             addresses = await self._resolver.resolve(host, request.port)
         except ResolutionFailed as exc:
@@ -305,6 +498,12 @@ class EgressSocket(SandboxListener):
                     refusal,
                     f"{target} resolves to {address}, which sandboxes may not reach ({refusal})",
                 )
+        return addresses
+
+    async def _connect(
+        self, request: ProxyRequest, addresses: list[IPAddress], decision: Decision
+    ) -> tuple[IPAddress, _Upstream]:
+        """Connects to the first checked address that answers; raises ``Refused``."""
         last_error = "no address"
         for address in addresses:
             try:
@@ -322,7 +521,7 @@ class EgressSocket(SandboxListener):
                 raise
             return address, upstream
         self._record(request, "denied", "connect_failed", rule=decision.rule)
-        message = f"cannot connect to {target}: {last_error}"
+        message = f"cannot connect to {request.host}:{request.port}: {last_error}"
         raise Refused(502, "upstream_unavailable", "connect_failed", message)
 
     async def _splice(
@@ -334,7 +533,8 @@ class EgressSocket(SandboxListener):
         first: Callable[[], Awaitable[bytes]] | None = None,
     ) -> tuple[int, int]:
         """Copies both ways until the upstream is done; ``first`` supplies (and may inspect)
-        the client's first bytes before anything of theirs goes upstream."""
+        the client's first bytes before anything of theirs goes upstream, and may raise
+        ``_HttpInTunnel``, which is raised from here once both directions have stopped."""
         counts = [0, 0]
         idle = self._limits.idle_timeout_s
 
@@ -352,7 +552,8 @@ class EgressSocket(SandboxListener):
                 dst.write_eof()
 
         downstream = asyncio.ensure_future(pump(up_reader, writer, 1))
-        pumps = {asyncio.ensure_future(pump(reader, up_writer, 0)), downstream}
+        upstream = asyncio.ensure_future(pump(reader, up_writer, 0))
+        pumps = {upstream, downstream}
         deadline = asyncio.get_running_loop().time() + self._limits.max_tunnel_s
         try:
             pending = pumps
@@ -370,7 +571,24 @@ class EgressSocket(SandboxListener):
             for task in pumps:
                 task.cancel()
             await asyncio.gather(*pumps, return_exceptions=True)
+        switch = None if upstream.cancelled() else upstream.exception()
+        if isinstance(switch, _HttpInTunnel):
+            raise switch
         return counts[0], counts[1]
+
+    def _record_bad(
+        self, request: ProxyRequest, head: Head | None, bad: BadRequest, *, event: str
+    ) -> None:
+        hosts = head.values(b"host") if head is not None else []
+        self._record(
+            request,
+            "denied",
+            bad.reason,
+            event=event,
+            detail=str(bad)[:300],
+            http_method=head.method if head is not None else None,
+            host_header=[h[:256].decode("latin-1") for h in hosts],
+        )
 
     def _record(
         self,
@@ -408,3 +626,26 @@ class EgressSocket(SandboxListener):
         with contextlib.suppress(ConnectionError):
             writer.write(refused.answer())
             await asyncio.wait_for(writer.drain(), 5.0)
+
+
+def _not_allowed(host: Host, port: int, reason: str) -> str:
+    """What a refused client is told: the destination, and the line of config that would
+    let it through (a registry preset, when one covers it)."""
+    target = f"{format_host(host)}:{port}"
+    if reason == "port_blocked":
+        return f"{target} is not allowed (port {port} is always refused)"
+    if reason == "denied_by_request":
+        return f"{target} is not allowed (the create call's network.denyOut refuses it)"
+    preset = preset_of(host, port) if isinstance(host, str) else None
+    if preset in PACKAGE_REGISTRIES:
+        hint = (
+            f"allow it with egress.allow: [{preset}], or start sandgate serve with "
+            "--allow-package-registries"
+        )
+    elif preset is not None:
+        hint = f"allow it with egress.allow: [{preset}]"
+    elif reason == "ip_literal":
+        hint = "sandboxes reach hosts by name; an address needs its own egress rule"
+    else:
+        hint = f'ask the operator to allow it, e.g. egress.allow: ["{target}"]'
+    return f"{target} is not allowed ({hint})"

@@ -10,6 +10,13 @@ probe_egress.py unix <path>                      connect to a Unix socket
 probe_egress.py tls <host:port> <sni> <cafile> <hex request>
                                                  CONNECT, TLS with that SNI (verified
                                                  against cafile), send the request, read
+probe_egress.py tunnel <host:port> <hex request> CONNECT, then the request in the clear
+probe_egress.py upgrade <host:port|-> <hex request> <hex payload>
+                                                 (CONNECT, unless -), the request, its answer
+                                                 head, then payload out and its echo back
+
+Answers carry ``status_line`` and ``eof``: whether the proxy ended the connection (rather
+than the probe giving up after its 20 s socket timeout).
 """
 
 import json
@@ -34,12 +41,14 @@ def _connect(path):
 
 def _answer(sock):
     data = b""
+    eof = False
     while True:
         try:
             chunk = sock.recv(65536)
-        except TimeoutError:
+        except (TimeoutError, ConnectionResetError):
             break
         if not chunk:
+            eof = True
             break
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
@@ -49,7 +58,24 @@ def _answer(sock):
     for line in lines[1:]:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
-    return {"status": status, "headers": headers, "body": body.decode("latin-1")}
+    return {
+        "status": status,
+        "status_line": lines[0],
+        "headers": headers,
+        "body": body.decode("latin-1"),
+        "eof": eof,
+    }
+
+
+def _established(sock, target):
+    sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    established = b""
+    while not established.endswith(b"\r\n\r\n"):
+        byte = sock.recv(1)
+        if not byte:
+            break
+        established += byte
+    return established.split(b"\r\n")[0].decode("latin-1")
 
 
 def _errno(exc):
@@ -110,12 +136,34 @@ def main(argv):
             return {"connected": True}
         except OSError as exc:
             return _errno(exc)
+    if kind == "tunnel":
+        sock = _connect(None)
+        established = _established(sock, argv[1])
+        sock.sendall(bytes.fromhex(argv[2]))
+        return {"established": established, **_answer(sock)}
+    if kind == "upgrade":
+        sock = _connect(None)
+        if argv[1] != "-":
+            _established(sock, argv[1])
+        sock.sendall(bytes.fromhex(argv[2]))
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            byte = sock.recv(1)
+            if not byte:
+                break
+            head += byte
+        payload = bytes.fromhex(argv[3])
+        sock.sendall(payload)
+        echoed = b""
+        while len(echoed) < len(payload):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            echoed += chunk
+        return {"head": head.decode("latin-1").split("\r\n"), "echo": echoed.decode("latin-1")}
     if kind == "tls":
         sock = _connect(None)
-        sock.sendall(f"CONNECT {argv[1]} HTTP/1.1\r\nHost: {argv[1]}\r\n\r\n".encode())
-        established = b""
-        while not established.endswith(b"\r\n\r\n"):
-            established += sock.recv(1)
+        _established(sock, argv[1])
         context = ssl.create_default_context(cafile=argv[3])
         context.check_hostname = False  # the probe names the SNI; the chain is still verified
         try:

@@ -34,9 +34,12 @@ def test_allowed_host_reachable_through_proxy_env(
 def test_connect_tunnel_to_allowed_host_counts_bytes(
     egress_sandbox: EgressSandbox, upstream: Upstream
 ) -> None:
+    # Plain HTTP inside a CONNECT tunnel is read like an absolute-form request: its Host
+    # is checked, and the byte counts are those of the request and response bodies.
     request = (
         f"CONNECT allowed.test:{upstream.port} HTTP/1.1\r\n\r\n"
-        f"GET /tunnelled HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n"
+        f"POST /tunnelled HTTP/1.1\r\nHost: allowed.test:{upstream.port}\r\n"
+        "Content-Length: 5\r\n\r\nhello"
     ).encode()
     answer = egress_sandbox.proxy(request)
     assert answer["status"] == 200
@@ -44,8 +47,10 @@ def test_connect_tunnel_to_allowed_host_counts_bytes(
     records = audit_records(egress_sandbox.server, egress_sandbox.id)
     closed = [r for r in records if r["event"] == "egress.close"]
     assert len(closed) == 1
-    assert closed[0]["bytes_up"] > 0
-    assert closed[0]["bytes_down"] > len("hello from fixture /tunnelled")
+    assert closed[0]["bytes_up"] == 5
+    assert closed[0]["bytes_down"] == len("hello from fixture /tunnelled")
+    (forwarded,) = [r for r in records if r["event"] == "egress.request"]
+    assert (forwarded["http_method"], forwarded["path"]) == ("POST", "/tunnelled")
 
 
 def test_curl_uses_the_proxy_env(egress_sandbox: EgressSandbox, upstream: Upstream) -> None:
@@ -124,3 +129,40 @@ def test_allow_internet_access_true_opens_nothing_by_default(
         assert (answer["status"], answer["reason"]) == (403, "host_not_allowed")
     finally:
         kill(box)
+
+
+def test_websocket_upgrade_over_plain_http_is_spliced_after_the_host_check(
+    egress_sandbox: EgressSandbox, upstream: Upstream
+) -> None:
+    target = f"allowed.test:{upstream.port}"
+    payload = "frame-bytes-\x00\x81"
+    for via, path in ((target, "/upgrade-tunnel"), ("-", f"http://{target}/upgrade-absolute")):
+        request = (
+            f"GET {path} HTTP/1.1\r\nHost: {target}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        answer = egress_sandbox.probe(
+            "upgrade", via, request.encode().hex(), payload.encode("latin-1").hex()
+        )
+        assert answer["head"][0] == "HTTP/1.1 101 Switching Protocols", answer
+        assert "Upgrade: websocket" in answer["head"], answer
+        assert answer["echo"] == payload, answer
+    seen = [r for r in upstream.requests if r["path"].startswith("/upgrade")]
+    assert [(r["path"], r["host"]) for r in seen] == [
+        ("/upgrade-tunnel", target),
+        ("/upgrade-absolute", target),
+    ]
+
+
+def test_non_http_bytes_in_a_connect_tunnel_are_spliced_untouched(
+    egress_sandbox: EgressSandbox, upstream: Upstream
+) -> None:
+    # Not an HTTP request line: the proxy forwards it as it is, and the fixture (an HTTP
+    # server) is the one that answers, with its own error page for an HTTP/0.9-style line.
+    answer = egress_sandbox.probe(
+        "tunnel", f"allowed.test:{upstream.port}", b"SSH-2.0-OpenSSH_9.2\r\n".hex()
+    )
+    assert answer["established"] == "HTTP/1.1 200 Connection Established", answer
+    text = answer["status_line"] + answer["body"]
+    assert "Bad request syntax" in text, answer
+    assert "sandgate" not in text.lower(), answer

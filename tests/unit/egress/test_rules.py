@@ -139,24 +139,22 @@ def test_deny_out_wins_over_operator_rules_but_not_allow_out() -> None:
 
 def test_connect_request() -> None:
     request = parse_request(b"CONNECT [::1]:443 HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert (request.method, request.host, request.port, request.upstream_head) == (
+    assert (request.method, request.host, request.port, request.origin_target) == (
         "CONNECT",
         "[::1]",
         443,
-        b"",
+        "",
     )
 
 
-def test_plain_request_is_rewritten_for_the_origin() -> None:
+def test_absolute_form_request_names_its_authority_and_origin_target() -> None:
     request = parse_request(
-        b"GET http://a.test:8080/p?q=1 HTTP/1.1\r\nHost: evil.test\r\n"
-        b"Proxy-Authorization: Basic x\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\n"
-        b"Accept: */*\r\n\r\n"
+        b"GET http://a.test:8080/p?q=1 HTTP/1.1\r\nHost: evil.test\r\nAccept: */*\r\n\r\n"
     )
-    assert (request.host, request.port) == ("a.test", 8080)
-    assert request.upstream_head == (
-        b"GET /p?q=1 HTTP/1.1\r\nHost: a.test:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
-    )
+    assert (request.host, request.port, request.origin_target) == ("a.test", 8080, "/p?q=1")
+    # The head is kept as sent: the Host is checked (and refused) later, never rewritten.
+    assert request.head.values(b"host") == [b"evil.test"]
+    assert parse_request(b"GET http://a.test HTTP/1.0\r\n\r\n").origin_target == "/"
 
 
 @pytest.mark.parametrize(
@@ -168,8 +166,52 @@ def test_plain_request_is_rewritten_for_the_origin() -> None:
         b"CONNECT a.test HTTP/1.1\r\n\r\n",
         b"GET http://a.test/ HTTP/2\r\n\r\n",
         b"GET http://a.test/\r\n\r\n",
+        b"GET http://a.te\tst/ HTTP/1.1\r\n\r\n",
+        b"GET http://a.test/#frag HTTP/1.1\r\n\r\n",
     ],
 )
 def test_bad_requests(raw: bytes) -> None:
     with pytest.raises(BadRequest):
         parse_request(raw)
+
+
+@pytest.mark.parametrize(
+    "raw", [b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n", b"OPTIONS * HTTP/1.1\r\n\r\n"]
+)
+def test_origin_form_at_the_proxy_is_refused_whatever_the_host(raw: bytes) -> None:
+    with pytest.raises(BadRequest) as refused:
+        parse_request(raw)
+    assert refused.value.reason == "target_form"
+
+
+def test_reaches_internet_only_with_an_any_host_rule() -> None:
+    def reaches(internet_access: bool, **network: object) -> bool:
+        config = _config(allow=["pypi", "a.test"], internet_access=["internet"])
+        return build_policy(
+            config,
+            template=None,
+            agent=None,
+            internet_access=internet_access,
+            network=network or None,
+        ).reaches_internet
+
+    assert reaches(True)
+    assert not reaches(False)
+    assert not reaches(True, deny_out=["0.0.0.0/0"])
+    assert reaches(True, deny_out=["evil.test"])
+    only_smtp = _config(allow=[{"host": "*", "ports": [25]}])
+    policy = build_policy(only_smtp, template=None, agent=None, internet_access=True, network=None)
+    assert not policy.reaches_internet
+
+
+def test_preset_rules_compile_to_their_hosts_under_one_id() -> None:
+    config = _config(allow=["a.test:443", "debian"], internet_access=["internet"])
+    policy = build_policy(config, template=None, agent=None, internet_access=False, network=None)
+    assert policy.decide("deb.debian.org", 80).rule == "allow#1:debian"
+    assert policy.decide("security.debian.org", 443).rule == "allow#1:debian"
+    assert policy.decide("a.test", 443).rule == "allow#0"
+    assert policy.summary["allow"] == ["allow#0", "allow#1:debian"]
+    on = build_policy(config, template=None, agent=None, internet_access=True, network=None)
+    assert on.decide("example.com", 80).rule == "internet_access#0:internet"
+    assert on.decide("example.com", 8080).reason == "port_not_allowed"
+    assert on.decide(ipaddress.ip_address("93.184.215.14"), 443).reason == "ip_literal"

@@ -5,6 +5,7 @@ expects: 201 on create, 200 on connect-while-running, 204 on kill and timeout). 
 JSON ``{"code": <status>, "message": ...}``.
 """
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
@@ -65,7 +66,19 @@ def _time(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def build_control_router(service: SandboxService, store: Store, domain: str) -> APIRouter:
+def _offline(_: Sandbox) -> bool:
+    return False
+
+
+def build_control_router(
+    service: SandboxService,
+    store: Store,
+    domain: str,
+    *,
+    reaches_internet: Callable[[Sandbox], bool] = _offline,
+) -> APIRouter:
+    """``reaches_internet`` says whether a sandbox's effective egress reaches any public
+    host; it is what ``allowInternetAccess`` reports (not the flag the create call sent)."""
     router = APIRouter()
 
     def sandbox_body(row: Sandbox) -> dict[str, Any]:
@@ -99,7 +112,9 @@ def build_control_router(service: SandboxService, store: Store, domain: str) -> 
             "state": "paused" if row.state == "paused" else "running",
             "metadata": row.metadata_,
             "envdAccessToken": row.access_token,
-            "allowInternetAccess": row.allow_internet_access,
+            # What the sandbox can reach, not what the caller asked for: E2B SDKs send
+            # true by default, and the flag grants only egress.internet_access.
+            "allowInternetAccess": reaches_internet(row),
             "domain": domain,
         }
 
