@@ -57,3 +57,12 @@ def test_e2b_domain_is_refused() -> None:
 def test_unreadable_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(tmp_path / "missing.yaml", environ={})
+
+
+def test_upload_limit_defaults_to_the_disk_size() -> None:
+    limits = load_config(None, environ={"SANDGATE_LIMITS__DISK_SIZE_MB": "96"}).limits
+    assert limits.max_upload_bytes == 96 * 1024 * 1024
+    limits = load_config(None, environ={"SANDGATE_LIMITS__MAX_UPLOAD_MIB": "8"}).limits
+    assert limits.max_upload_bytes == 8 * 1024 * 1024
+    with pytest.raises(ConfigError, match="max_upload_mib"):
+        load_config(None, environ={"SANDGATE_LIMITS__MAX_UPLOAD_MIB": "0"})

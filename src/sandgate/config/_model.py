@@ -79,6 +79,9 @@ class LimitsConfig(_Section):
     default_memory_mb: int = Field(512, ge=64)
     max_memory_mb: int = Field(8192, ge=64)
     disk_size_mb: int = Field(1024, ge=16)
+    #: Largest upload through envd's ``/files`` (bytes of the files, after gzip), refused
+    #: with 413 as soon as it is crossed; unset means the sandbox's disk size.
+    max_upload_mib: int | None = Field(None, ge=1)
     pids_limit: int = Field(256, ge=16)
     tmp_size_mb: int = Field(64, ge=1)
     nofile: int = Field(1024, ge=64)
@@ -86,6 +89,11 @@ class LimitsConfig(_Section):
     max_ptys: int = Field(64, ge=4, le=1024)
     max_sandboxes_per_team: int = Field(20, ge=0)
     max_sandboxes_total: int = Field(200, ge=0)
+
+    @property
+    def max_upload_bytes(self) -> int:
+        """``max_upload_mib`` in bytes; the sandbox's disk size when unset."""
+        return (self.max_upload_mib or self.disk_size_mb) * 1024 * 1024
 
     @model_validator(mode="after")
     def _defaults_within_caps(self) -> LimitsConfig:
