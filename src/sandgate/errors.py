@@ -17,6 +17,7 @@
     │   └── TemplateNotFound      template_not_found
     ├── Conflict                  conflict         409   already_exists
     ├── PayloadTooLarge           too_large        413   resource_exhausted
+    ├── DiskFull                  disk_full        507   resource_exhausted
     ├── QuotaExceeded             quota_exceeded   429   resource_exhausted
     │   └── RateLimited           rate_limited     429   (tool call rate limit or budget)
     ├── RuntimeUnavailable        runtime_unavailable 503 unavailable
@@ -41,6 +42,7 @@ __all__ = [
     "AuditUnavailable",
     "ConfigError",
     "Conflict",
+    "DiskFull",
     "Forbidden",
     "InvalidArguments",
     "InvalidPath",
@@ -126,8 +128,19 @@ class Conflict(SandgateError):
 
 
 class PayloadTooLarge(SandgateError):
+    """A request body is larger than a configured limit; refused as soon as the limit is
+    crossed, while the body is still arriving. The message names the limit."""
+
     code = "too_large"
     status = 413
+
+
+class DiskFull(SandgateError):
+    """A write does not fit the sandbox's disk (full, quota used up, or a file larger than the
+    disk). E2B answers 507 here; its SDKs raise ``NotEnoughSpaceException``."""
+
+    code = "disk_full"
+    status = 507
 
 
 class QuotaExceeded(SandgateError):

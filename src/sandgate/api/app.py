@@ -18,7 +18,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandgate.agents import build_runner, skills_hook, with_autonomy
-from sandgate.api.e2b import build_control_router, build_envd_app
+from sandgate.api.e2b import UploadLimits, build_control_router, build_envd_app
 from sandgate.api.errors import e2b_error, e2b_error_response
 from sandgate.api.mcp import MCP_PATH, McpHttp
 from sandgate.api.ports import PortProxy
@@ -116,7 +116,7 @@ class Application:
 
         self.asgi: ASGIApp = Router(
             BodyLimit(control, config.server.max_json_body_bytes),
-            build_envd_app(),
+            build_envd_app(UploadLimits(config.limits.max_upload_bytes)),
             self.sandboxes,
             ports=PortProxy(),
         )

@@ -40,6 +40,7 @@ _STATUS_TO_CONNECT: Final = {
     429: "resource_exhausted",
     502: "unavailable",
     503: "unavailable",
+    507: "resource_exhausted",
 }
 
 

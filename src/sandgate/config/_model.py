@@ -124,12 +124,20 @@ class LimitsConfig(_Section):
     #: memory and counted in the sandbox's memory cgroup on top of its memory; filling it is
     #: ENOSPC inside the sandbox, never host disk pressure.
     disk_mib: int = Field(2048, ge=32)
+    #: Largest upload through envd's ``/files`` (bytes of the files, after gzip), refused
+    #: with 413 as soon as it is crossed; unset means the sandbox's disk size.
+    max_upload_mib: int | None = Field(None, ge=1)
     pids_limit: int = Field(256, ge=16)
     nofile: int = Field(1024, ge=64)
     #: Pseudo-terminals per sandbox (PTY sessions, terminals opened by code inside).
     max_ptys: int = Field(64, ge=4, le=1024)
     max_sandboxes_per_team: int = Field(20, ge=0)
     max_sandboxes_total: int = Field(200, ge=0)
+
+    @property
+    def max_upload_bytes(self) -> int:
+        """``max_upload_mib`` in bytes; the sandbox's disk size when unset."""
+        return (self.max_upload_mib or self.disk_mib) * 1024 * 1024
 
     @model_validator(mode="after")
     def _defaults_within_caps(self) -> LimitsConfig:

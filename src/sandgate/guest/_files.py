@@ -17,14 +17,14 @@ import socket
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 from ._config import GuestConfig
 from ._entry import METADATA_PREFIX, entry_info
 from ._errors import OpError, from_oserror
 from ._users import User, resolve_path
 from ._wire import FrameError, recv_frame, send_frame, send_json
-from .protocol import FILE_CHUNK, MAX_FRAME, Kind
+from .protocol import DISK_FULL, FILE_CHUNK, MAX_FRAME, Kind, decode_json
 
 __all__ = ["FILE_OPS", "TEMP_SUFFIX_CREATE", "TEMP_SUFFIX_WRITE", "FileContext", "is_temp_name"]
 
@@ -285,12 +285,97 @@ def _receive_into(sock: socket.socket, fd: int) -> bool:
         try:
             _write_all(fd, payload)
         except OSError as exc:
+            if exc.errno == errno.ENOMEM:
+                # A file system in memory (tmpfs) could not get a page for the data: for
+                # the writer that is a full disk, whatever backs it.
+                raise OpError(
+                    "resource_exhausted",
+                    "write: not enough space in the sandbox (its files are held in memory)",
+                    DISK_FULL,
+                ) from None
             raise from_oserror(exc, "write") from None
 
 
-def op_write_file(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> None:
-    path = ctx.path(request)
-    metadata = _metadata(request)
+def _receive_json(sock: socket.socket) -> dict[str, Any] | None:
+    """The client's next JSON frame; ``None`` if it left or broke the protocol."""
+    try:
+        frame = recv_frame(sock)
+    except (FrameError, OSError):
+        return None
+    if frame is None or frame[0] != Kind.JSON:
+        return None
+    try:
+        return decode_json(frame[1])
+    except ValueError:
+        return None
+
+
+class _Staged:
+    """One received file waiting for its commit. Normally a temp file beside the target,
+    renamed over it; when the directory is not writable but the file is, an unnamed staging
+    file (in the sandbox's temp directory) copied into the target at the commit. Either way
+    the target is untouched until :meth:`commit`, and :meth:`discard` leaves nothing behind.
+    Only the in-place copy can fail half-way (a disk that fills while copying); there is no
+    other way to write a file whose directory the user may not write.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        target: str,
+        metadata: dict[str, str],
+        *,
+        temp: str | None = None,
+        staging: IO[bytes] | None = None,
+    ) -> None:
+        self.path = path
+        self._target = target
+        self._metadata = metadata
+        self._temp = temp
+        self._staging = staging
+
+    def commit(self) -> dict[str, Any]:
+        """Puts the file in place and returns its entry."""
+        if self._temp is not None:
+            try:
+                os.rename(self._temp, self._target)
+            except OSError as exc:
+                raise from_oserror(exc, f"write {self.path}") from None
+            self._temp = None
+        elif self._staging is not None:
+            self._copy_in(self._staging)
+        return _entry(self.path)
+
+    def _copy_in(self, staging: IO[bytes]) -> None:
+        try:
+            fd = os.open(self._target, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC | os.O_NOCTTY)
+        except OSError as exc:
+            raise from_oserror(exc, f"open {self.path}") from None
+        try:
+            staging.seek(0)
+            while chunk := staging.read(FILE_CHUNK):
+                _write_all(fd, chunk)
+            _apply_metadata(fd, self._metadata, clear=True)
+        except OSError as exc:
+            raise from_oserror(exc, f"write {self.path}") from None
+        finally:
+            os.close(fd)
+
+    def discard(self) -> None:
+        """Removes what was staged and not committed; idempotent."""
+        if self._temp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._temp)
+            self._temp = None
+        if self._staging is not None:
+            self._staging.close()
+            self._staging = None
+
+
+def _stage(sock: socket.socket, path: str, metadata: dict[str, str]) -> _Staged | None:
+    """Receives one file (DATA frames up to EOF) into staging; ``None`` if the client left
+    first. Raises :class:`OpError` (with nothing left behind) when the file cannot be written.
+    """
     # Writes go through symlinks, as an O_TRUNC open would; the kernel checks each hop as
     # the user.
     target = os.path.realpath(path)
@@ -320,54 +405,87 @@ def op_write_file(sock: socket.socket, request: dict[str, Any], ctx: FileContext
         if existing is None:
             raise OpError("permission_denied", f"cannot create {path}") from None
         # The directory is not writable but the file may be: stage the upload elsewhere and
-        # copy it in at EOF, so the target is still untouched if the client leaves early.
-        _write_in_place(sock, target, path, metadata)
-        return
+        # copy it in at the commit, so the target is still untouched if the client leaves.
+        return _stage_in_place(sock, target, path, metadata)
     except OSError as exc:
         raise from_oserror(exc, f"create {path}") from None
-    renamed = False
+    staged = _Staged(path, target, metadata, temp=temp)
     try:
         if not _receive_into(sock, fd):
-            return
+            staged.discard()
+            return None
         if existing is not None:
             os.fchmod(fd, stat.S_IMODE(existing.st_mode))
             if os.geteuid() == 0:
                 os.fchown(fd, existing.st_uid, existing.st_gid)
         _apply_metadata(fd, metadata, clear=False)
-        os.rename(temp, target)
-        renamed = True
     except OSError as exc:
+        staged.discard()
         raise from_oserror(exc, f"write {path}") from None
+    except BaseException:
+        staged.discard()
+        raise
     finally:
         os.close(fd)
-        if not renamed:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-    send_json(sock, {"ok": True, "entry": _entry(path)})
+    return staged
 
 
-def _write_in_place(sock: socket.socket, target: str, path: str, metadata: dict[str, str]) -> None:
+def _stage_in_place(
+    sock: socket.socket, target: str, path: str, metadata: dict[str, str]
+) -> _Staged | None:
     if not os.access(target, os.W_OK):
         raise OpError("permission_denied", f"cannot write {path}")
     import tempfile  # rarely needed: not paid by every guest's start-up
 
-    with tempfile.TemporaryFile() as staging:
-        if not _receive_into(sock, staging.fileno()):
-            return
-        try:
-            fd = os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC | os.O_NOCTTY)
-        except OSError as exc:
-            raise from_oserror(exc, f"open {path}") from None
-        try:
-            staging.seek(0)
-            while chunk := staging.read(FILE_CHUNK):
-                _write_all(fd, chunk)
-            _apply_metadata(fd, metadata, clear=True)
-        except OSError as exc:
-            raise from_oserror(exc, f"write {path}") from None
-        finally:
-            os.close(fd)
-    send_json(sock, {"ok": True, "entry": _entry(path)})
+    staging = tempfile.TemporaryFile()  # noqa: SIM115 (owned by the _Staged, which closes it)
+    staged = _Staged(path, target, metadata, staging=staging)
+    try:
+        received = _receive_into(sock, staging.fileno())
+    except BaseException:
+        staged.discard()
+        raise
+    if not received:
+        staged.discard()
+        return None
+    return staged
+
+
+def op_write_file(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> None:
+    staged = _stage(sock, ctx.path(request), _metadata(request))
+    if staged is None:
+        return
+    try:
+        entry = staged.commit()
+    finally:
+        staged.discard()
+    send_json(sock, {"ok": True, "entry": entry})
+
+
+def op_write_files(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> None:
+    """Several files, committed together once all of them were received (protocol.py).
+
+    A failure while receiving removes every staged file: no target changes. The commit
+    renames in order; if one rename fails (the target turned into a directory meanwhile),
+    the files before it are in place, the rest are removed, and the error says which.
+    """
+    metadata = _metadata(request)
+    staged: list[_Staged] = []
+    try:
+        while True:
+            message = _receive_json(sock)
+            if message is None:
+                return
+            if message.get("commit") is True:
+                entries = [file.commit() for file in staged]
+                break
+            received = _stage(sock, ctx.path(message), metadata)
+            if received is None:
+                return
+            staged.append(received)
+    finally:
+        for file in staged:
+            file.discard()
+    send_json(sock, {"ok": True, "entries": entries})
 
 
 def _op_watch(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> None:
@@ -384,5 +502,6 @@ FILE_OPS: dict[str, Callable[[socket.socket, dict[str, Any], FileContext], None]
     "remove": op_remove,
     "read_file": op_read_file,
     "write_file": op_write_file,
+    "write_files": op_write_files,
     "watch": _op_watch,
 }

@@ -36,6 +36,7 @@ MAX_WORKER_MESSAGE = 128 * 1024
 _MAX_CONNECTIONS = 512
 _DISCARD_TIMEOUT_S = 10.0
 _DISCARD_LIMIT = 256 * 1024 * 1024
+_UPLOAD_OPS = frozenset({"write_file", "write_files"})
 
 
 def run_worker(ctrl: socket.socket, user: User, config: GuestConfig) -> NoReturn:
@@ -138,7 +139,7 @@ def _handle(
             handler(conn, request, ctx)
         except OpError as exc:
             send_json(conn, exc.to_json())
-            if op == "write_file":
+            if op in _UPLOAD_OPS:
                 _discard_upload(conn)
         except (BrokenPipeError, ConnectionResetError, FrameError):
             pass

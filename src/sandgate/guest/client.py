@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, NoReturn, Self
 
 from .protocol import FRAME_HEADER, MAX_FRAME, Kind, decode_json, encode_frame, encode_json
 
@@ -30,6 +31,7 @@ __all__ = [
     "Ended",
     "EntryInfo",
     "FileReader",
+    "FileUpload",
     "FsEvent",
     "GuestClient",
     "GuestError",
@@ -43,17 +45,21 @@ __all__ = [
 ]
 
 _UPLOAD_CHUNK = 1024 * 1024
+#: How long an abandoned upload waits for the guest to remove what it staged.
+_ABORT_WAIT_S = 5.0
 _READ_LIMIT = MAX_FRAME + FRAME_HEADER.size
 _CONNECTION_ERRORS = (OSError, asyncio.IncompleteReadError, EOFError)
 
 
 class GuestError(Exception):
-    """The guest refused or failed an operation; ``code`` is one of ``protocol.ERROR_CODES``."""
+    """The guest refused or failed an operation; ``code`` is one of ``protocol.ERROR_CODES``
+    and ``reason``, when the guest gave one, one of ``protocol.ERROR_REASONS``."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, reason: str | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.reason = reason
 
 
 class GuestUnavailable(GuestError):
@@ -190,7 +196,12 @@ class _Connection:
         """The next JSON frame, raising :class:`GuestError` if it is an error reply."""
         message = await self.read_json()
         if message.get("ok") is False:
-            raise GuestError(str(message.get("code", "internal")), str(message.get("message", "")))
+            reason = message.get("reason")
+            raise GuestError(
+                str(message.get("code", "internal")),
+                str(message.get("message", "")),
+                reason if isinstance(reason, str) else None,
+            )
         return message
 
     def close(self) -> None:
@@ -327,6 +338,86 @@ class FileReader(_OpenConnection):
 
     async def read_all(self) -> bytes:
         return b"".join([chunk async for chunk in self])
+
+
+class FileUpload(_OpenConnection):
+    """Files uploaded together (``write_files``): ``begin`` a file, ``write`` its bytes,
+    ``end`` it, repeat; ``commit`` puts them all in place and returns their entries.
+
+    The bytes go straight to a temp file beside each target inside the sandbox, nothing is
+    kept here beyond the frame being sent. Until the commit no target changes: closing the
+    upload first (``aclose``, leaving ``async with``, cancellation) makes the guest remove
+    everything it staged, and ``aclose`` waits (briefly) until it has. The guest answers
+    before the commit only to refuse (disk full, permission, bad path); every method raises
+    that :class:`GuestError` as soon as it is known.
+    """
+
+    def __init__(self, conn: _Connection) -> None:
+        self._conn: _Connection | None = conn
+        self._reply = asyncio.ensure_future(conn.read_reply())
+
+    async def begin(self, path: str) -> None:
+        await self._send(encode_json({"path": path}))
+
+    async def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if len(data) <= MAX_FRAME:
+            await self._send(encode_frame(Kind.DATA, data))
+            return
+        view = memoryview(data)
+        for start in range(0, len(view), MAX_FRAME):
+            await self._send(encode_frame(Kind.DATA, bytes(view[start : start + MAX_FRAME])))
+
+    async def end(self) -> None:
+        await self._send(encode_frame(Kind.EOF))
+
+    async def commit(self) -> list[EntryInfo]:
+        await self._send(encode_json({"commit": True}))
+        try:
+            reply = await self._reply
+        finally:
+            await self.aclose()
+        return [EntryInfo.from_json(e) for e in reply["entries"]]
+
+    async def aclose(self) -> None:
+        """Abandons the upload unless it was committed; idempotent."""
+        conn = self._conn
+        if conn is None:
+            return
+        self._conn = None
+        try:
+            if not self._reply.done():
+                # A half-close is "no more files": the guest removes what it staged, then
+                # closes, which ends the reply.
+                with contextlib.suppress(OSError, RuntimeError):
+                    conn.writer.write_eof()
+                with contextlib.suppress(GuestError, TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self._reply), _ABORT_WAIT_S)
+        finally:
+            if self._reply.done() and not self._reply.cancelled():
+                self._reply.exception()  # retrieved: raised already, or moot after an abort
+            self._reply.cancel()
+            conn.close()
+
+    async def _send(self, frame: bytes) -> None:
+        conn = self._conn
+        if conn is None:
+            raise GuestUnavailable("the upload is closed")
+        if self._reply.done():
+            await self._refused()
+        try:
+            conn.writer.write(frame)
+            await conn.writer.drain()
+        except OSError:
+            await self._refused()  # the guest stopped reading: its answer says why
+
+    async def _refused(self) -> NoReturn:
+        try:
+            reply = await self._reply
+        finally:
+            await self.aclose()
+        raise GuestUnavailable(f"the guest answered before the upload ended: {reply!r}")
 
 
 class WatchStream(_OpenConnection):
@@ -546,7 +637,8 @@ class GuestClient:
     ) -> EntryInfo:
         """Uploads ``data`` to ``path`` (parents created; replaced atomically at the end; the
         ``user.e2b.*`` metadata set replaced by ``metadata``). If the upload is cancelled
-        the target is left untouched. Out of space is ``resource_exhausted``."""
+        the target is left untouched. Out of space is ``resource_exhausted`` with reason
+        ``disk_full``."""
         request = _with_user({"op": "write_file", "path": path, "metadata": metadata or {}}, user)
         conn = await _Connection.open(self.socket_path, request)
         # The guest answers before EOF only to refuse the upload: stop sending when it does.
@@ -569,6 +661,16 @@ class GuestClient:
                 reply.exception()  # retrieved: a failure was already raised or superseded
             reply.cancel()
             conn.close()
+
+    async def upload(
+        self, *, user: str | None = None, metadata: dict[str, str] | None = None
+    ) -> FileUpload:
+        """Starts an upload of one or more files (see :class:`FileUpload`); each file's
+        ``user.e2b.*`` metadata set becomes ``metadata``. Refusals (``permission_denied``,
+        ``invalid_argument``, out of space: ``resource_exhausted`` with reason ``disk_full``)
+        are raised by the upload's methods."""
+        request = _with_user({"op": "write_files", "metadata": metadata or {}}, user)
+        return FileUpload(await _Connection.open(self.socket_path, request))
 
     async def watch(
         self, path: str, *, recursive: bool = False, user: str | None = None

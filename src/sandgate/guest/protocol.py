@@ -27,8 +27,10 @@ kind   name       payload
 The first frame on a connection is the request, a JSON frame with ``op``. Replies:
 
 * unary operations answer one JSON frame, ``{"ok": true, ...}`` or an error
-  ``{"ok": false, "code": "<connect code>", "message": "..."}`` where the code is one of
-  :data:`ERROR_CODES` (Connect-RPC names, mapped to HTTP/E2B at the gateway's edge);
+  ``{"ok": false, "code": "<connect code>", "message": "...", "reason"?: "..."}`` where the
+  code is one of :data:`ERROR_CODES` (Connect-RPC names, mapped to HTTP/E2B at the gateway's
+  edge) and the optional reason one of :data:`ERROR_REASONS`, a refinement the gateway maps
+  to its own error (``disk_full``: the sandbox's disk or quota is full);
 * ``spawn``/``connect`` stream ``{"ev": "start", "pid": N}``, output frames (kinds 1-3),
   and exactly one ``{"ev": "end", ...}`` before the guest closes the connection. A failure
   before the start is ``{"ok": false, ...}``;
@@ -42,6 +44,12 @@ The first frame on a connection is the request, a JSON frame with ``op``. Replie
   frames until either side closes;
 * ``write_file``: the client sends the request, then DATA frames, then EOF; the guest
   answers once with the entry it wrote;
+* ``write_files``: for each file the client sends ``{"path": ...}``, its DATA frames and
+  EOF; then ``{"commit": true}``. The guest stages each file in a temp file beside its target
+  and renames them all into place only at the commit, answering
+  ``{"ok": true, "entries": [...]}``. If the connection ends (closed or half-closed) before
+  the commit, every staged file is removed and no target changes. Both write operations
+  answer before the end only to refuse (``{"ok": false, ...}``), and then stop reading;
 * ``tunnel`` answers ``{"ok": true}`` and then both sides exchange raw bytes (no framing).
 """
 
@@ -52,9 +60,11 @@ import struct
 from typing import Any, Final
 
 __all__ = [
+    "DISK_FULL",
     "EGRESS_PROXY_PORT",
     "EGRESS_SOCKET",
     "ERROR_CODES",
+    "ERROR_REASONS",
     "FILE_CHUNK",
     "FRAME_HEADER",
     "MAX_FRAME",
@@ -105,6 +115,11 @@ ERROR_CODES: Final = frozenset(
         "unimplemented",
     }
 )
+
+#: ``reason`` of an error reply: the write does not fit the sandbox's disk (ENOSPC, EDQUOT, or
+#: EFBIG from a file-size rlimit set to the disk size); its code is ``resource_exhausted``.
+DISK_FULL: Final = "disk_full"
+ERROR_REASONS: Final = frozenset({DISK_FULL})
 
 
 class Kind:

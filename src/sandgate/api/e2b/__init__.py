@@ -2,5 +2,6 @@
 
 from sandgate.api.e2b.control import CLIENT_ID, build_control_router
 from sandgate.api.e2b.envd import build_envd_app
+from sandgate.api.e2b.uploads import UploadLimits
 
-__all__ = ["CLIENT_ID", "build_control_router", "build_envd_app"]
+__all__ = ["CLIENT_ID", "UploadLimits", "build_control_router", "build_envd_app"]

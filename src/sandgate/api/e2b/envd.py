@@ -17,9 +17,10 @@ from sandgate.api.e2b.connect import (
     rpc_error_response,
     stream_error_response,
 )
-from sandgate.api.e2b.files import download, upload
+from sandgate.api.e2b.files import download, upload_endpoint
 from sandgate.api.e2b.filesystem import FILESYSTEM_METHODS
 from sandgate.api.e2b.process import PROCESS_METHODS
+from sandgate.api.e2b.uploads import UploadLimits
 from sandgate.guest.client import GuestClient, GuestError, GuestUnavailable
 
 __all__ = ["build_envd_app"]
@@ -63,13 +64,13 @@ async def envs(request: Request) -> Response:
         return JSONResponse({"code": 502, "message": "the sandbox is not reachable"}, 502)
 
 
-def build_envd_app() -> Starlette:
+def build_envd_app(uploads: UploadLimits) -> Starlette:
     return Starlette(
         routes=[
             Route("/health", health, methods=["GET"]),
             Route("/envs", envs, methods=["GET"]),
             Route("/files", download, methods=["GET"]),
-            Route("/files", upload, methods=["POST"]),
+            Route("/files", upload_endpoint(uploads), methods=["POST"]),
             Route("/{service}/{method}", rpc, methods=["POST"]),
         ]
     )

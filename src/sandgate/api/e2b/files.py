@@ -12,38 +12,28 @@ from __future__ import annotations
 import base64
 import hashlib
 import time
-import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
-from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from sandgate.access import tokens_equal
 from sandgate.api.e2b.connect import RpcError, json_bytes
 from sandgate.api.e2b.filesystem import check_path
+from sandgate.api.e2b.guest_rpc import guest_failure
+from sandgate.api.e2b.uploads import Upload, UploadLimits
 from sandgate.api.e2b.users import parse_username
-from sandgate.guest.client import EntryInfo, GuestClient, GuestError, GuestUnavailable
+from sandgate.api.errors import e2b_error_response
+from sandgate.errors import SandgateError
+from sandgate.guest.client import EntryInfo, GuestClient, GuestError
 
-__all__ = ["download", "sign", "signature_matches", "upload"]
+__all__ = ["download", "sign", "signature_matches", "upload_endpoint"]
 
-_STATUS = {
-    "invalid_argument": 400,
-    "failed_precondition": 400,
-    "unauthenticated": 401,
-    "permission_denied": 403,
-    "not_found": 404,
-    "already_exists": 409,
-    "resource_exhausted": 507,
-    "unavailable": 502,
-}
 _METADATA_PREFIX = "x-metadata-"
 _MAX_METADATA_KEY = 246
 _MAX_METADATA_TOTAL = 4096
-_UPLOAD_CHUNK = 1024 * 1024
-_MAX_PARTS = 1000
 
 
 def _json(value: Any) -> Response:
@@ -56,12 +46,6 @@ def _error(status: int, message: str) -> Response:
         status_code=status,
         media_type="application/json",
     )
-
-
-def _guest_error(exc: GuestError) -> Response:
-    status = _STATUS.get(exc.code, 500)
-    message = "not enough disk space" if status == 507 else exc.message
-    return _error(status, message)
 
 
 def sign(path: str, operation: str, user: str, token: str, expiration: int | None) -> str:
@@ -139,10 +123,8 @@ async def download(request: Request) -> Response:
             offset = first
         length = None if last is None else last - offset + 1
         reader = await _guest(request).read_file(path, user=user, offset=offset, length=length)
-    except GuestError as exc:
-        return _guest_error(exc)
-    except GuestUnavailable:
-        return _error(502, "the sandbox is not reachable")
+    except GuestError as exc:  # GuestUnavailable included
+        return _failure(guest_failure(exc))
 
     headers = {"content-disposition": _disposition(reader.name), "accept-ranges": "bytes"}
     status = 200
@@ -228,84 +210,40 @@ def _upload_result(entry: EntryInfo) -> dict[str, Any]:
     return result
 
 
-async def upload(request: Request) -> Response:
+def upload_endpoint(limits: UploadLimits) -> Callable[[Request], Awaitable[Response]]:
+    """``POST /files`` with ``limits``: streamed into the sandbox as it arrives (uploads.py)."""
+
+    async def upload(request: Request) -> Response:
+        receiving = Upload(request, limits)
+        response = await _upload(request, receiving)
+        if not receiving.finished:
+            # Answered before the body ended (a refusal): the rest is never read, and a
+            # keep-alive connection would have to read it all first, so it closes instead.
+            response.headers["connection"] = "close"
+        return response
+
+    return upload
+
+
+async def _upload(request: Request, receiving: Upload) -> Response:
     denied = _authorise(request, "write")
     if denied is not None:
         return denied
     try:
         user = _user(request)
         metadata = _metadata(request)
-        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if media == "multipart/form-data":
-            return await _upload_multipart(request, user, metadata)
-        return await _upload_raw(request, user, metadata)
+        entries = await receiving.receive(
+            _guest(request), path=request.query_params.get("path"), user=user, metadata=metadata
+        )
     except RpcError as exc:
         return _error(401 if exc.code == "unauthenticated" else 400, exc.message)
-    except GuestError as exc:
-        return _guest_error(exc)
-    except GuestUnavailable:
-        return _error(502, "the sandbox is not reachable")
+    except GuestError as exc:  # GuestUnavailable included
+        return _failure(guest_failure(exc))
+    except SandgateError as exc:
+        return _failure(exc)
+    return _json([_upload_result(entry) for entry in entries])
 
 
-async def _upload_raw(request: Request, user: str | None, metadata: dict[str, str]) -> Response:
-    path = request.query_params.get("path")
-    if not path:
-        raise RpcError("invalid_argument", "path is required for octet-stream uploads")
-    check_path(path)
-    encoding = request.headers.get("content-encoding", "identity").lower()
-    if encoding not in ("identity", "gzip"):
-        raise RpcError("invalid_argument", f"unsupported content encoding {encoding!r}")
-    chunks = _gunzip(request.stream()) if encoding == "gzip" else request.stream()
-    entry = await _guest(request).write_file(path, chunks, user=user, metadata=metadata)
-    return _json([_upload_result(entry)])
-
-
-async def _gunzip(source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        async for chunk in source:
-            data = inflater.decompress(chunk)
-            if data:
-                yield data
-        tail = inflater.flush()
-    except zlib.error:
-        raise RpcError("invalid_argument", "request body is not valid gzip") from None
-    if tail:
-        yield tail
-
-
-async def _upload_multipart(
-    request: Request, user: str | None, metadata: dict[str, str]
-) -> Response:
-    single_path = request.query_params.get("path")
-    form = await request.form(max_files=_MAX_PARTS, max_fields=_MAX_PARTS)
-    try:
-        parts = [p for p in form.getlist("file") if isinstance(p, UploadFile)]
-        if not parts:
-            raise RpcError("invalid_argument", "no 'file' part in the multipart body")
-        targets = []
-        for part in parts:
-            target = single_path if single_path and len(parts) == 1 else part.filename
-            if not target:
-                raise RpcError("invalid_argument", "each 'file' part needs a filename (its path)")
-            targets.append(check_path(target))
-        if len(set(targets)) != len(targets):
-            raise RpcError("invalid_argument", "the same path appears twice in one upload")
-        results = []
-        for target, part in zip(targets, parts, strict=True):
-            entry = await _guest(request).write_file(
-                target, _read_upload(part), user=user, metadata=metadata
-            )
-            results.append(_upload_result(entry))
-        return _json(results)
-    finally:
-        await form.close()
-
-
-async def _read_upload(part: UploadFile) -> AsyncIterator[bytes]:
-    await part.seek(0)
-    while True:
-        chunk = await part.read(_UPLOAD_CHUNK)
-        if not chunk:
-            return
-        yield chunk
+def _failure(error: SandgateError) -> Response:
+    """The error as E2B's JSON (``code`` is the status), with our stable ``error_code``."""
+    return e2b_error_response(error)
