@@ -22,10 +22,12 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.fixtures.package_index import INDEX_HOST, PackageIndex, build_wheel
 from tests.fixtures.server import RunningServer
+from tests.framework.envd import create, run
 from tests.framework.model_server import ScriptedModelServer, code, text, tool_call
 
 from .clients import FRAMEWORKS, PreparedClient, prepare, spec_named
@@ -140,6 +142,37 @@ def test_openai_agents_e2b_sandbox_session(
     assert len(tool_results) == 1, requests[1].body["messages"]
     output = tool_results[0]["content"]
     assert "Process exited with code 0" in output and output.endswith(f"Output:\n{edited}"), output
+
+
+def test_pip_in_a_sandbox_installs_from_the_test_index(
+    index_server: RunningServer, package_index: PackageIndex
+) -> None:
+    """The smolagents scenario's plumbing on its own: sandbox ``envs`` point pip at the index,
+    the egress proxy reaches it, the wheel installs (``--target``, so the outcome does not
+    depend on where pip may install by default) and imports. When this passes and the
+    smolagents test fails, the failure is in smolagents' path: ``!pip install`` into the
+    kernel's environment, or the running kernel not seeing the install."""
+    sandbox = create(
+        index_server.url,
+        index_server.api_key,
+        templateID="code-interpreter-v1",
+        timeout=300,
+        envVars=package_index.pip_env(),
+    )
+    try:
+        installed = run(
+            index_server.url,
+            sandbox["sandboxID"],
+            sandbox["envdAccessToken"],
+            f"python3 -m pip install --quiet --target /home/user/probe {PROBE} && "
+            f"PYTHONPATH=/home/user/probe python3 -c 'import {PROBE}; print({PROBE}.describe())'",
+        )
+    finally:
+        httpx.delete(
+            f"{index_server.url}/sandboxes/{sandbox['sandboxID']}",
+            headers={"X-API-Key": index_server.api_key},
+        )
+    assert (installed.exit_code, installed.stdout) == (0, f"{PROBE_ANSWER}\n"), installed
 
 
 def test_smolagents_code_agent_installs_a_package_from_the_index(
