@@ -1,4 +1,9 @@
-"""The pinned official E2B clients the compatibility suite drives, and how to prepare them.
+"""The pinned clients the compatibility suite drives, and how to prepare them.
+
+Two registries: :data:`CLIENTS`, the official E2B SDKs (every ``compat`` test runs once per
+client), and :data:`FRAMEWORKS`, the third-party agent frameworks that drive E2B (OpenAI Agents
+SDK, smolagents, langchain-e2b, e2b-haystack), each exercised by its own scenario in
+``test_agent_frameworks.py``. Both are pinned, locked and installed the same way.
 
 Each client lives in its own isolated environment under ``.cache/compat/<name>/`` (git-ignored),
 built from a lock file committed in ``tests/compat/clients/``:
@@ -66,6 +71,17 @@ CLIENTS: tuple[ClientSpec, ...] = (
     ClientSpec("py-e2b-2.63.0", "python", CLIENTS_DIR / "python" / "e2b-2.63.0"),
     ClientSpec("js-e2b-2.31.0", "js", CLIENTS_DIR / "js" / "e2b-2.31.0"),
     ClientSpec("js-e2b-2.51.0", "js", CLIENTS_DIR / "js" / "e2b-2.51.0"),
+)
+
+#: Agent frameworks as acceptance clients; each lock also pins the e2b (and, where the
+#: framework wants it, e2b-code-interpreter) version the framework resolves to.
+FRAMEWORKS: tuple[ClientSpec, ...] = (
+    ClientSpec(
+        "py-openai-agents-0.24.0", "python", CLIENTS_DIR / "python" / "openai-agents-0.24.0"
+    ),
+    ClientSpec("py-smolagents-1.26.0", "python", CLIENTS_DIR / "python" / "smolagents-1.26.0"),
+    ClientSpec("py-langchain-e2b-0.0.6", "python", CLIENTS_DIR / "python" / "langchain-e2b-0.0.6"),
+    ClientSpec("py-e2b-haystack-2.0.0", "python", CLIENTS_DIR / "python" / "e2b-haystack-2.0.0"),
 )
 
 
@@ -162,10 +178,11 @@ class PreparedClient:
 
 
 def spec_named(name: str) -> ClientSpec:
-    for spec in CLIENTS:
+    known = (*CLIENTS, *FRAMEWORKS)
+    for spec in known:
         if spec.name == name:
             return spec
-    raise KeyError(f"no compat client named {name!r}; known: {[s.name for s in CLIENTS]}")
+    raise KeyError(f"no compat client named {name!r}; known: {[s.name for s in known]}")
 
 
 def prepare(spec: ClientSpec, cache_root: Path = CACHE_ROOT) -> PreparedClient:
@@ -191,7 +208,7 @@ def prepare(spec: ClientSpec, cache_root: Path = CACHE_ROOT) -> PreparedClient:
 
 
 def prepare_all(cache_root: Path = CACHE_ROOT) -> list[PreparedClient]:
-    return [prepare(spec, cache_root) for spec in CLIENTS]
+    return [prepare(spec, cache_root) for spec in (*CLIENTS, *FRAMEWORKS)]
 
 
 def _prepare_python(client: PreparedClient) -> None:

@@ -17,9 +17,10 @@ from typing import Any
 MAX_PAGES = 50
 
 
-def sdk_versions() -> dict[str, str | None]:
+def sdk_versions(extra: tuple[str, ...] = ()) -> dict[str, str | None]:
+    """Installed versions of the SDK packages and of ``extra`` ones (None: not installed)."""
     found: dict[str, str | None] = {}
-    for package in ("e2b", "e2b-code-interpreter"):
+    for package in ("e2b", "e2b-code-interpreter", *extra):
         try:
             found[package] = version(package)
         except PackageNotFoundError:
@@ -91,15 +92,17 @@ def now() -> float:
     return time.time()
 
 
-def run(main: Callable[[list[str]], dict[str, Any]]) -> None:
+def run(main: Callable[[list[str]], dict[str, Any]], packages: tuple[str, ...] = ()) -> None:
     """Runs a scenario and prints its JSON result as the last line of stdout.
 
-    An unexpected exception prints its traceback on stderr and exits with status 1.
+    ``versions`` in the result names the SDK packages and ``packages`` (an agent framework's
+    own distributions). An unexpected exception prints its traceback on stderr and exits with
+    status 1.
     """
     try:
         result = main(sys.argv[1:])
     except Exception:
         traceback.print_exc()
         sys.exit(1)
-    result["versions"] = sdk_versions()
+    result["versions"] = sdk_versions(packages)
     print(json.dumps(result, default=str), flush=True)
