@@ -207,11 +207,12 @@ def test_FILE_17_other_sandboxes_are_not_reachable_by_path(
         assert b"neighbour-secret" not in response.content
 
 
-def test_FILE_huge_upload_is_bounded_by_the_sandbox_disk(sbx: SandboxHttp) -> None:
-    """An upload larger than the sandbox's tmpfs ends in 507 (SDK: NotEnoughSpaceException) and
+def test_FILE_huge_upload_is_bounded_by_the_sandbox_disk(small_disk_sbx: SandboxHttp) -> None:
+    """An upload larger than the sandbox's disk ends in 507 (SDK: NotEnoughSpaceException) and
     leaves no partial file behind."""
+    sbx = small_disk_sbx
     chunk = b"\0" * (1024 * 1024)
-    response = sbx.put_file("/tmp/huge.bin", iter([chunk] * 96))  # /tmp is a 64 MiB tmpfs
+    response = sbx.put_file("/tmp/huge.bin", iter([chunk] * 96))  # the disk is 64 MiB
     body = _error(response, 507)
     assert "space" in str(body["message"]), body
     assert sbx.sh("ls -A /tmp | grep -c huge || true") == "0\n", "a partial upload was left"

@@ -126,14 +126,14 @@ def test_ESC_13_proc_cwd_is_rejected_before_running(sbx: SandboxHttp) -> None:
     assert sbx.start("pwd", cwd="/tmp").stdout == b"/tmp\n"
 
 
-def test_VAL_10_gzip_bomb_upload_is_bounded(sbx: SandboxHttp) -> None:
-    """256 MiB of zeros gzipped to ~250 KiB, into a 64 MiB tmpfs: inflated as a stream and
+def test_VAL_10_gzip_bomb_upload_is_bounded(sbx: SandboxHttp, small_disk_sbx: SandboxHttp) -> None:
+    """256 MiB of zeros gzipped to ~250 KiB, into a 64 MiB disk: inflated as a stream and
     stopped by the disk (507), with no partial file left."""
     bomb = gzip.compress(b"\0" * (256 * 1024 * 1024), compresslevel=9)
     assert len(bomb) < 1024 * 1024
-    response = sbx.put_file("/tmp/bomb", bomb, headers={"content-encoding": "gzip"})
+    response = small_disk_sbx.put_file("/tmp/bomb", bomb, headers={"content-encoding": "gzip"})
     assert response.status_code == 507, response.text
-    assert sbx.sh("ls -A /tmp | grep -c bomb || true") == "0\n"
+    assert small_disk_sbx.sh("ls -A /tmp | grep -c bomb || true") == "0\n"
     broken = sbx.put_file("/tmp/not-gzip", b"plain", headers={"content-encoding": "gzip"})
     assert broken.status_code == 400, broken.text
     odd = sbx.put_file("/tmp/x", b"x", headers={"content-encoding": "br"})

@@ -100,6 +100,8 @@ def test_floor_exception_cannot_be_broader_than_named_cves(entry: str, where: st
 def test_floor_exceptions_are_not_a_switch() -> None:
     with pytest.raises(ConfigError, match=r"runtime\.accept_below_floor"):
         load_config(None, environ={"SANDGATE_RUNTIME__ACCEPT_BELOW_FLOOR": "true"})
+
+
 def test_upload_limit_defaults_to_the_disk_size() -> None:
     limits = load_config(None, environ={"SANDGATE_LIMITS__DISK_MIB": "96"}).limits
     assert limits.max_upload_bytes == 96 * 1024 * 1024

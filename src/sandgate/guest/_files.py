@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ._config import GuestConfig
+from ._dirs import make_dirs
 from ._entry import METADATA_PREFIX, entry_info
 from ._errors import OpError, from_oserror
 from ._users import User, resolve_path
@@ -78,7 +79,7 @@ def op_stat(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> N
 def op_make_dir(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> None:
     path = ctx.path(request)
     try:
-        os.makedirs(path)
+        make_dirs(path, ctx.user, exist_ok=False)
     except FileExistsError:
         if os.path.isdir(path):
             raise OpError("already_exists", f"directory already exists: {path}") from None
@@ -94,7 +95,7 @@ def op_move(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> N
     if not os.path.lexists(source):
         raise OpError("not_found", f"source does not exist: {source}")
     try:
-        os.makedirs(os.path.dirname(destination), exist_ok=True)
+        make_dirs(os.path.dirname(destination), ctx.user, exist_ok=True)
         try:
             os.rename(source, destination)
         except OSError as exc:
@@ -372,7 +373,7 @@ class _Staged:
             self._staging = None
 
 
-def _stage(sock: socket.socket, path: str, metadata: dict[str, str]) -> _Staged | None:
+def _stage(sock: socket.socket, path: str, metadata: dict[str, str], user: User) -> _Staged | None:
     """Receives one file (DATA frames up to EOF) into staging; ``None`` if the client left
     first. Raises :class:`OpError` (with nothing left behind) when the file cannot be written.
     """
@@ -391,7 +392,7 @@ def _stage(sock: socket.socket, path: str, metadata: dict[str, str]) -> _Staged 
         raise OpError("invalid_argument", f"not a regular file: {path}")
     parent, base = os.path.split(target)
     try:
-        os.makedirs(parent, exist_ok=True)
+        make_dirs(parent, user, exist_ok=True)
     except FileExistsError:
         raise OpError("invalid_argument", f"parent is not a directory: {parent}") from None
     except OSError as exc:
@@ -451,7 +452,7 @@ def _stage_in_place(
 
 
 def op_write_file(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> None:
-    staged = _stage(sock, ctx.path(request), _metadata(request))
+    staged = _stage(sock, ctx.path(request), _metadata(request), ctx.user)
     if staged is None:
         return
     try:
@@ -478,7 +479,7 @@ def op_write_files(sock: socket.socket, request: dict[str, Any], ctx: FileContex
             if message.get("commit") is True:
                 entries = [file.commit() for file in staged]
                 break
-            received = _stage(sock, ctx.path(message), metadata)
+            received = _stage(sock, ctx.path(message), metadata, ctx.user)
             if received is None:
                 return
             staged.append(received)

@@ -1,9 +1,12 @@
 """The per-user file worker: a child of the daemon that runs as one Linux user.
 
 Trust: the worker trusts the daemon (its parent, over a private socketpair) and nothing in the
-file system. SECURITY: it drops to the user's uid, gid and supplementary groups before it
-reads its first request, so every file operation is checked by the kernel exactly as if the
-user had made it; it never regains privilege (setuid away from root clears all capabilities).
+file system. It drops to the user's uid, gid and supplementary groups before it reads its first
+request, so every file operation is checked by the kernel exactly as if the user had made it,
+except one: a directory the user may not create is made by the sandbox's root and given to the
+user, as E2B's envd does (``_dirs``; the saved uid stays 0 for that). Inside one sandbox that
+grants nothing the tenant lacks (its root is theirs); the worker is not dumpable and cannot be
+traced, so the user's processes cannot borrow it.
 
 The daemon accepts a client connection, reads its request and passes the connection's fd here
 with ``socket.send_fds``; the worker serves it on a thread and writes the reply straight to the
@@ -71,9 +74,12 @@ def _detach_from_daemon(keep: int) -> None:
 
 
 def _drop_privileges(user: User) -> None:
+    # The saved uid stays 0 (effective capabilities go with the effective uid, permitted ones
+    # stay): ``_dirs.make_dirs`` may make a directory as root, on one thread, as E2B's envd
+    # does. Everything else the kernel checks as the user.
     os.setgroups(list(user.groups))
-    os.setgid(user.gid)
-    os.setuid(user.uid)
+    os.setresgid(user.gid, user.gid, 0)
+    os.setresuid(user.uid, user.uid, 0)
     if user.uid != 0 and (os.geteuid() == 0 or os.getegid() != user.gid):
         raise RuntimeError("failed to drop privileges")
     try:

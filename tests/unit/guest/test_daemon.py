@@ -6,9 +6,11 @@ import asyncio
 import json
 import os
 import pwd
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -66,7 +68,12 @@ def test_processes_and_files_run_as_the_selected_user(
     run(body())
 
 
-def test_worker_holds_no_privilege(guest: RunningGuest, test_user: pwd.struct_passwd) -> None:
+def test_worker_holds_no_effective_privilege(
+    guest: RunningGuest, test_user: pwd.struct_passwd
+) -> None:
+    """The worker acts as the user: no effective capability, real/effective/file-system ids
+    the user's. Its saved uid stays root (``_dirs.make_dirs`` makes a directory the user may
+    not create, as E2B's envd does), which gives it nothing until it asks."""
     run(guest.client.stat("~", user=test_user.pw_name))  # make sure the worker exists
     workers = []
     with open(f"/proc/{guest.pid}/task/{guest.pid}/children") as f:
@@ -77,7 +84,27 @@ def test_worker_holds_no_privilege(guest: RunningGuest, test_user: pwd.struct_pa
                 workers.append(fields)
     assert len(workers) == 1
     assert workers[0]["CapEff"].strip() == "0000000000000000"
-    assert set(workers[0]["Uid"].split()) == {str(test_user.pw_uid)}
+    real, effective, saved, fs = workers[0]["Uid"].split()
+    assert real == effective == fs == str(test_user.pw_uid) and saved == "0"
+
+
+def test_make_dir_where_only_root_may_gives_the_directory_to_the_user(
+    guest: RunningGuest, test_user: pwd.struct_passwd
+) -> None:
+    """E2B's envd semantics: a missing directory under a root-owned parent is created and
+    given to the requesting user; what already exists keeps its owner."""
+    root_owned = Path(tempfile.mkdtemp(prefix="sg-rootdir-", dir="/tmp"))
+    root_owned.chmod(0o755)
+    target = root_owned / "workspace" / "deep"
+    entry = run(guest.client.make_dir(str(target), user=test_user.pw_name))
+    assert entry.owner == test_user.pw_name
+    for path in (root_owned / "workspace", target):
+        assert path.stat().st_uid == test_user.pw_uid
+    assert root_owned.stat().st_uid == 0  # what existed is untouched
+    with pytest.raises(GuestError) as refused:
+        run(guest.client.make_dir(str(target), user=test_user.pw_name))
+    assert refused.value.code == "already_exists"
+    shutil.rmtree(root_owned)
 
 
 def test_tunnel_to_local_port(guest: RunningGuest) -> None:
