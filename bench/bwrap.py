@@ -26,8 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
-from tests.fixtures.runtimes import BWRAP_ROOTFS_DIR, RuntimeView, runtime_env
-from tests.fixtures.server import ServerFactory
+from tests.fixtures.runtimes import RuntimeView, runtime_env
+from tests.fixtures.server import TEST_ROOTFS_DIR, ServerFactory
 from tests.framework.envd import create, run
 
 from bench._report import ROOT, machine, summary_ms, write_section
@@ -43,7 +43,7 @@ def timed(argv: list[str]) -> float:
 
 
 def raw_bwrap_argv(*command: str) -> list[str]:
-    rootfs = next(p for p in BWRAP_ROOTFS_DIR.iterdir() if p.is_dir() and len(p.name) == 64)
+    rootfs = next(p for p in TEST_ROOTFS_DIR.iterdir() if p.is_dir() and len(p.name) == 64)
     return ["bwrap", "--unshare-all", "--ro-bind", str(rootfs), "/", "--proc", "/proc",
             "--dev", "/dev", "--", *command]  # fmt: skip
 
