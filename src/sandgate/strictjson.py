@@ -62,9 +62,18 @@ _STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # as signed bytes: +1 / 
 
 
 class StrictJsonError(ValueError):
-    """The document is not strict JSON; the message says what and where."""
+    """The document is not strict JSON; the message says what and where. ``syntax`` tells
+    malformed JSON (or bytes that are not UTF-8) from well-formed JSON that breaks a rule."""
 
     code = CODE
+
+    def __init__(self, message: str, *, syntax: bool = False) -> None:
+        super().__init__(message)
+        self.syntax = syntax
+
+    def describe(self, subject: str) -> str:
+        """``"<subject> is not valid JSON: ..."`` or ``"<subject> is not strict JSON: ..."``."""
+        return f"{subject} is not {'valid' if self.syntax else 'strict'} JSON: {self}"
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -130,21 +139,23 @@ def loads(
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise StrictJsonError(f"not UTF-8: invalid byte at offset {exc.start}") from None
+            raise StrictJsonError(
+                f"not UTF-8: invalid byte at offset {exc.start}", syntax=True
+            ) from None
         escapes = b"\\ud" in raw or b"\\uD" in raw  # bytes search: memchr speed
         brackets = raw.count(b"[") + raw.count(b"{")
     if text.startswith("\ufeff"):
-        raise StrictJsonError("starts with a byte-order mark: send plain UTF-8")
+        raise StrictJsonError("starts with a byte-order mark: send plain UTF-8", syntax=True)
     try:
         value = _DECODER.decode(text)
     except StrictJsonError:
         raise
     except json.JSONDecodeError as exc:
-        raise StrictJsonError(f"not valid JSON: {exc}") from None
+        raise StrictJsonError(str(exc), syntax=True) from None
     except RecursionError:
         raise StrictJsonError(f"nested deeper than {max_depth} levels") from None
     except ValueError as exc:  # e.g. CPython's int-digit limit, should a hook ever miss it
-        raise StrictJsonError(f"not valid JSON: {exc}") from None
+        raise StrictJsonError(str(exc), syntax=True) from None
     if not allow_surrogates and (raw_surrogate or escapes):
         _walk(value, max_depth, check_strings=True, check_types=False)
     elif brackets > max_depth and _depth(text) > max_depth:

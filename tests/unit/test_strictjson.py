@@ -133,8 +133,19 @@ def test_strict_integer_bounds_are_inclusive() -> None:
     "document", [b"", b"{", b'{"a": 1} x', b"{'a': 1}", b'{"a": 1,}', b"01", b'"\x01"', b"[1,]"]
 )
 def test_strict_malformed_json_is_one_error(document: bytes) -> None:
-    with pytest.raises(StrictJsonError, match="not valid JSON"):
+    with pytest.raises(StrictJsonError) as raised:
         loads(document)
+    assert raised.value.syntax
+    assert raised.value.describe("the body").startswith("the body is not valid JSON: ")
+
+
+def test_strict_rule_breaks_are_told_from_syntax_errors() -> None:
+    with pytest.raises(StrictJsonError) as raised:
+        loads(b'{"a": 1, "a": 2}')
+    assert not raised.value.syntax
+    assert raised.value.describe("the body") == (
+        'the body is not strict JSON: duplicate key "a" in one object'
+    )
 
 
 def test_strict_error_carries_the_stable_code() -> None:

@@ -162,7 +162,7 @@ class StrictJsonBody:
             try:
                 loads(body)
             except StrictJsonError as exc:
-                await _refuse(InvalidJson(f"request body is not strict JSON: {exc}"), scope, send)
+                await _refuse(InvalidJson(exc.describe("request body")), scope, send)
                 return
 
         async def replayed() -> Message:

@@ -53,7 +53,7 @@ class Request:
         try:
             value = loads(self.body)
         except StrictJsonError as exc:
-            raise BadRequest(f"{CODE}: request body is not strict JSON: {exc}") from None
+            raise BadRequest(f"{CODE}: {exc.describe('request body')}") from None
         if value is None:
             return {}
         if not isinstance(value, dict):

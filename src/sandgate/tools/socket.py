@@ -65,7 +65,7 @@ class GatewaySocket(SandboxListener):
                 try:
                     request = loads_object(line)
                 except StrictJsonError as exc:
-                    error = InvalidJson(f"each line must be one strict JSON object: {exc}")
+                    error = InvalidJson(exc.describe("the request line"))
                     await _reply(writer, _refusal(error.code, error.message))
                     return
                 result = await self._gateway.call(

@@ -133,7 +133,7 @@ def _decode(raw: bytes) -> dict[str, Any]:
     try:
         return loads_object(raw)
     except StrictJsonError as exc:
-        raise RpcError("invalid_argument", f"{CODE}: request is not strict JSON: {exc}") from None
+        raise RpcError("invalid_argument", f"{CODE}: {exc.describe('request')}") from None
 
 
 async def read_unary_request(request: Request) -> dict[str, Any]:
