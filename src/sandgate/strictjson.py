@@ -20,7 +20,7 @@ documents on which every conforming parser agrees, or raises :class:`StrictJsonE
 longer show) to a value someone else decoded, such as MCP tool arguments.
 
 Cost: the C decoder does the parsing; the hooks run per object and per number. The depth
-measure (strings stripped by a regex, brackets summed by ``itertools.accumulate``) and the
+measure (``bytes.translate`` keeps quotes and brackets, ``itertools.accumulate`` sums) and the
 surrogate walk run only when a byte scan says they could matter (more brackets than the cap; a
 ``\\ud..`` escape or a raw surrogate), so a small request pays a few microseconds more than
 ``json.loads`` and a large document a small multiple (``bench/strict_json.py``).
@@ -56,8 +56,8 @@ MIN_INT = -(2**63)
 _MAX_DIGITS = len(str(MAX_INT))  # 19: a longer literal (JSON has no leading zeros) is too big
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_ESCAPE_PAIR = re.compile(rb"\\.", re.DOTALL)
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
 _STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # as signed bytes: +1 / -1
 
 
@@ -134,6 +134,7 @@ def loads(
                 raw_surrogate = True
         escapes = "\\ud" in text or "\\uD" in text
         brackets = text.count("[") + text.count("{")
+        raw = b""  # encoded only if the depth must be measured
     else:
         raw = bytes(data)
         try:
@@ -158,7 +159,7 @@ def loads(
         raise StrictJsonError(str(exc), syntax=True) from None
     if not allow_surrogates and (raw_surrogate or escapes):
         _walk(value, max_depth, check_strings=True, check_types=False)
-    elif brackets > max_depth and _depth(text) > max_depth:
+    elif brackets > max_depth and _depth(raw or text.encode("utf-8", "surrogatepass")) > max_depth:
         raise StrictJsonError(f"nested deeper than {max_depth} levels")
     return value
 
@@ -185,11 +186,14 @@ def check_value(value: Any, *, max_depth: int = MAX_DEPTH, allow_surrogates: boo
     _walk(value, max_depth, check_strings=not allow_surrogates, check_types=True)
 
 
-def _depth(text: str) -> int:
-    """The nesting depth of a *valid* document, at C speed: strip the strings, keep the
-    brackets, map them to +1/-1 and take the largest running sum."""
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text)).encode("ascii")
-    return max(accumulate(array("b", brackets.translate(_STEPS))), default=0)
+def _depth(raw: bytes) -> int:
+    """The nesting depth of a *valid* document, at C speed: drop escape pairs (so every
+    remaining quote delimits a string), keep only quotes and brackets, drop what lies between
+    quotes, map brackets to +1/-1 and take the largest running sum."""
+    if b"\\" in raw:
+        raw = _ESCAPE_PAIR.sub(b"", raw)
+    outside = b"".join(raw.translate(None, _NOT_STRUCTURE).split(b'"')[::2])
+    return max(accumulate(array("b", outside.translate(_STEPS))), default=0)
 
 
 def _walk(root: Any, max_depth: int, *, check_strings: bool, check_types: bool) -> None:

@@ -307,18 +307,29 @@ def _mcp_headers(ctx: Ctx) -> dict[str, str]:
 
 
 def _mcp(ctx: Ctx, marker: str, member: bytes) -> Refusal:
+    headers = _mcp_headers(ctx)
+    ctx.notes[marker] = _tool_calls(ctx)
     body = (
         b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "kv", '
         b'"arguments": {"op": "set", "key": "%s", "value": 1%s}}}' % (marker.encode(), member)
     )
     response = ctx.http.post(
-        f"{ctx.server.url}/v1/mcp?agent={AGENT}", content=body, headers=_mcp_headers(ctx)
+        f"{ctx.server.url}/v1/mcp?agent={AGENT}", content=body, headers=headers
     )
     return _rest(response)
 
 
+def _tool_calls(ctx: Ctx) -> int:
+    """``tool.call`` records in the server's audit log so far."""
+    path = ctx.server.home / "audit" / "audit.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return sum(1 for line in lines if json.loads(line).get("event") == "tool.call")
+
+
 def _kv_set(ctx: Ctx, marker: str) -> bool:
-    return ctx.kv_get(marker) is not None
+    """Whether the call ran: it left an audit record, or the key it sets exists."""
+    audited = _tool_calls(ctx) > ctx.notes[marker]
+    return audited or ctx.kv_get(marker) is not None
 
 
 def _envd_unary(ctx: Ctx, marker: str, member: bytes) -> Refusal:
@@ -417,6 +428,7 @@ def _fed(ctx: Ctx, marker: str) -> bool:
 
 
 def _socket(ctx: Ctx, marker: str, member: bytes) -> Refusal:
+    ctx.notes[marker] = _tool_calls(ctx)
     line = b'{"tool": "kv", "arguments": {"op": "set", "key": "%s", "value": 1%s}}' % (
         marker.encode(),
         member,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from typing import Any
 
 import pytest
@@ -104,6 +105,10 @@ def test_strict_depth_cap_is_exact_and_never_a_recursion_error() -> None:
         loads(objects)
     # Brackets inside strings are text, not nesting.
     assert loads(b'{"a": "' + b"[" * 500 + b'"}') == {"a": "[" * 500}
+    # Nor are brackets after escaped quotes and backslashes inside strings.
+    strings = b",".join([b'"]]]\\""'] * 70)
+    tricky = b'{"a": "\\"' + b"[" * 100 + b'\\\\", "b": [' + strings + b"]}"
+    assert loads(tricky)["a"].startswith('"[')
     # Many shallow containers are not deep.
     assert len(loads(b"[" + b",".join([b"[[1]]"] * 5000) + b"]")) == 5000
 
@@ -201,3 +206,35 @@ def test_strict_common_documents_decode_like_json() -> None:
     ]
     for document in documents:
         assert loads(document) == json.loads(document)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_strict_depth_measure_agrees_with_a_walk(seed: int) -> None:
+    """Random documents around the cap, with strings full of brackets, quotes and escapes:
+    the C-speed depth measure must give the walk's answer."""
+    rng = random.Random(seed)
+    alphabet = '[]{}"\\ab\u00e9'
+
+    def value(depth: int) -> Any:
+        roll = rng.random()
+        if depth >= 70 or roll < 0.3:
+            return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8)))
+        if roll < 0.65:
+            return [value(depth + 1) for _ in range(rng.randint(0, 3))]
+        return {f"k{i}{rng.choice(alphabet)}": value(depth + 1) for i in range(rng.randint(0, 3))}
+
+    def depth_of(node: Any) -> int:
+        children = node.values() if isinstance(node, dict) else node
+        if isinstance(node, dict | list):
+            return 1 + max((depth_of(child) for child in children), default=0)
+        return 0
+
+    document = value(rng.randint(0, 10))
+    for _ in range(rng.randint(55, 68)):
+        document = [document, "]]]"] if rng.random() < 0.5 else {"x": document}
+    text = json.dumps(document, ensure_ascii=rng.random() < 0.5).encode()
+    if depth_of(document) > MAX_DEPTH:
+        with pytest.raises(StrictJsonError, match="deeper"):
+            loads(text)
+    else:
+        assert loads(text) == document

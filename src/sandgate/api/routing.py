@@ -177,7 +177,7 @@ def parse_port(text: str) -> int | None:
     spelling and ``int()``'s leniency (``" 80"``, ``"+80"``, ``"0080"``, ``"8_0"``, non-ASCII
     digits, 5000-digit strings) never decides where a request goes.
     """
-    if not _PORT.match(text):
+    if not _PORT.fullmatch(text):
         return None
     port = int(text)
     return port if port <= 65535 else None
@@ -199,7 +199,7 @@ def _target(headers: dict[str, str]) -> tuple[int, str] | None:
     """(port, sandbox id), or None for the control plane; raises ``InvalidPort`` or
     ``InvalidRequest`` for a routing form that names no valid port or sandbox."""
     label = re.split(r"[.:]", headers.get("host", ""), maxsplit=1)[0]
-    match = _HOST.match(label)
+    match = _HOST.fullmatch(label)
     if match:
         port = parse_port(match.group(1))
         if port is None:

@@ -55,7 +55,7 @@ def decimal(value: object) -> int:
     """A query or header value as an integer: canonical decimal text only (``"10"``; not
     ``"+10"``, ``" 10"``, ``"010"``, ``"1_0"``, ``"1.0"``, other scripts' digits or 20+ digits).
     Query values are text by nature; this is the one coercion applied to them."""
-    if isinstance(value, str) and _DECIMAL.match(value):
+    if isinstance(value, str) and _DECIMAL.fullmatch(value):
         return int(value)
     raise ValueError("must be a decimal integer without sign, spaces or leading zeros")
 

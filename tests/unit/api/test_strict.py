@@ -88,6 +88,7 @@ def test_strict_port_range_accepts_canonical_ports(text: str, port: int) -> None
         "080",
         " 80",
         "80 ",
+        "80\n",
         "8_0",
         "0x50",
         "\u00b2",
@@ -108,7 +109,7 @@ def test_strict_query_integers_are_canonical_decimals(text: str, value: int) -> 
 
 
 @pytest.mark.parametrize(
-    "text", ["+10", " 10", "010", "1_0", "1.0", "1e1", "٣", "-0", "9" * 20, ""]
+    "text", ["+10", " 10", "10\n", "010", "1_0", "1.0", "1e1", "٣", "-0", "9" * 20, ""]
 )
 def test_strict_query_integers_refuse_lenient_forms(text: str) -> None:
     with pytest.raises(ValueError):

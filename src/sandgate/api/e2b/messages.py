@@ -98,7 +98,7 @@ def integer(
     value = _get(m, camel, snake, where)
     if value is None:
         return None
-    if isinstance(value, str) and _DECIMAL.match(value):
+    if isinstance(value, str) and _DECIMAL.fullmatch(value):
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):
         raise _invalid(f"{where}{camel}", "must be an integer")

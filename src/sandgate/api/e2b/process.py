@@ -130,7 +130,7 @@ def timeout_ms(request: Request) -> int:
     raw = request.headers.get("connect-timeout-ms")
     if not raw:
         return 0
-    if not _TIMEOUT.match(raw):
+    if not _TIMEOUT.fullmatch(raw):
         raise RpcError(
             "invalid_argument", "connect-timeout-ms must be a non-negative integer (1-10 digits)"
         )

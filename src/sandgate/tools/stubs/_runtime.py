@@ -163,7 +163,7 @@ def _value(schema, text):
     types = set(kinds) if isinstance(kinds, list) else {kinds}
     if "string" in types:
         return text
-    if types & {"integer", "number"} and _NUMBER.match(text):
+    if types & {"integer", "number"} and _NUMBER.fullmatch(text):
         return json.loads(text)
     if "boolean" in types and text in ("true", "false"):
         return text == "true"
