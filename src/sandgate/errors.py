@@ -5,6 +5,9 @@
     SandgateError                 code             HTTP  Connect
     ├── InvalidRequest            invalid_request  400   invalid_argument
     │   ├── InvalidPath           invalid_path     400   invalid_argument
+    │   ├── InvalidJson           invalid_json     400   invalid_argument  (strictjson refused it)
+    │   ├── InvalidUrlEncoding    invalid_url_encoding 400 invalid_argument (bad %-escape)
+    │   ├── InvalidPort           invalid_port     400   invalid_argument  (routing: not 1..65535)
     │   ├── LimitExceeded         limit_exceeded   400   invalid_argument
     │   └── InvalidArguments      invalid_arguments 400  invalid_argument  (tool call schema)
     ├── ConfigError               invalid_config   (start-up only)
@@ -45,8 +48,11 @@ __all__ = [
     "DiskFull",
     "Forbidden",
     "InvalidArguments",
+    "InvalidJson",
     "InvalidPath",
+    "InvalidPort",
     "InvalidRequest",
+    "InvalidUrlEncoding",
     "LimitExceeded",
     "ModelUnavailable",
     "NotFound",
@@ -85,6 +91,26 @@ class InvalidRequest(SandgateError):
 
 class InvalidPath(InvalidRequest):
     code = "invalid_path"
+
+
+class InvalidJson(InvalidRequest):
+    """A JSON document broke a rule of ``sandgate.strictjson`` (duplicate key, ``NaN``, lone
+    surrogate, invalid UTF-8, too deep, integer out of range); the message says which."""
+
+    code = "invalid_json"
+
+
+class InvalidUrlEncoding(InvalidRequest):
+    """A request path or query has a malformed percent-escape (``%2``, ``%zz``) or escapes
+    bytes that are not UTF-8 (overlong forms, surrogates); nothing is decoded leniently."""
+
+    code = "invalid_url_encoding"
+
+
+class InvalidPort(InvalidRequest):
+    """A sandbox port in a routing form is not a canonical decimal in 1..65535."""
+
+    code = "invalid_port"
 
 
 class LimitExceeded(InvalidRequest):

@@ -134,7 +134,8 @@ def test_malformed_and_oversized_bodies(sandgate_server: RunningServer) -> None:
     headers = {"X-API-Key": sandgate_server.api_key, "content-type": "application/json"}
     url = f"{sandgate_server.url}/v2/sandboxes"
     bad = httpx.post(url, content=b"{not json", headers=headers)
-    assert bad.status_code == 400 and bad.json()["message"] == "request body is not valid JSON"
+    assert bad.status_code == 400 and bad.json()["error_code"] == "invalid_json"
+    assert bad.json()["message"].startswith("request body is not valid JSON")
     missing = httpx.post(url, json={"timeout": 5}, headers={"X-API-Key": sandgate_server.api_key})
     assert missing.status_code == 400 and "templateID" in missing.json()["message"]
     huge = httpx.post(url, content=b"{" + b" " * (2 * 1024 * 1024) + b"}", headers=headers)

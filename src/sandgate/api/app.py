@@ -23,6 +23,7 @@ from sandgate.api.errors import e2b_error, e2b_error_response
 from sandgate.api.mcp import MCP_PATH, McpHttp
 from sandgate.api.ports import PortProxy
 from sandgate.api.routing import Router
+from sandgate.api.strict import StrictJsonBody
 from sandgate.api.v1 import build_v1_router
 from sandgate.api.v1.agents import build_agents_router
 from sandgate.config import Config
@@ -115,7 +116,7 @@ class Application:
             return {"status": "ok", **floor_health(self.floors, self.runtime.name)}
 
         self.asgi: ASGIApp = Router(
-            BodyLimit(control, config.server.max_json_body_bytes),
+            BodyLimit(StrictJsonBody(control), config.server.max_json_body_bytes),
             build_envd_app(UploadLimits(config.limits.max_upload_bytes)),
             self.sandboxes,
             ports=PortProxy(),
@@ -220,10 +221,11 @@ def _install_error_handlers(app: FastAPI) -> None:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         if first.get("type") == "json_invalid":
-            message = "request body is not valid JSON"
+            message, code = "request body is not valid JSON", "invalid_json"
         else:
             message = f"invalid request: {where or 'body'}: {first.get('msg')}"
-        return JSONResponse(e2b_error(400, message), status_code=400)
+            code = "invalid_request"
+        return JSONResponse({**e2b_error(400, message), "error_code": code}, status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

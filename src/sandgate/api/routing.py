@@ -7,6 +7,14 @@ Rules, first match wins (shared/e2b-protocol.md §1.5):
 3. ``/files`` with a ``signature`` query and no routing → the sandbox whose token signed it;
 4. anything else → control plane.
 
+Strict input: a port in either form is a canonical decimal in 1..65535 (no sign, spaces,
+leading zeros or other digits than ASCII ``0-9``); anything else that takes the form's place
+(``Host: 0-<id>``, ``-1-<id>``, ``080-<id>``, ``E2b-Sandbox-Port: 65536``) is ``400
+invalid_port``, never a guess. The routing and credential headers may appear once each
+(``400 invalid_request`` otherwise): a second ``X-Access-Token`` must not be what one reader
+checks while another uses the first. Every request Sandgate itself decodes (control plane,
+envd) must have a strictly percent-encoded target (``api.strict.check_target``).
+
 SECURITY: a sandbox id is never a credential. Every envd request except ``GET /health`` must
 carry the sandbox's access token (``X-Access-Token``), compared in constant time; a missing or
 wrong token gets the same 401 as an unknown one. Other ports are private unless the sandbox was
@@ -27,13 +35,31 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sandgate.access import tokens_equal
 from sandgate.api.e2b.files import signature_matches
+from sandgate.api.errors import e2b_error
+from sandgate.api.strict import check_target
+from sandgate.errors import InvalidPort, InvalidRequest, SandgateError
 from sandgate.sandboxes import Route, SandboxService
 
-__all__ = ["ENVD_PORT", "Router"]
+__all__ = ["ENVD_PORT", "Router", "parse_port"]
 
 ENVD_PORT: Final = 49983
-_HOST: Final = re.compile(r"^(\d{1,5})-([a-z0-9]+)(?:\.|:|$)")
+#: The first label of a ``Host`` that claims the ``<port>-<id>`` form, valid port or not:
+#: whatever precedes the first ``-`` (E2B splits there) and starts with a digit or a sign.
+_HOST: Final = re.compile(r"^([0-9+][^-]*|-[^-]*)-([a-z0-9]+)$")
+_PORT: Final = re.compile(r"^[1-9][0-9]{0,4}$")
 _ID: Final = re.compile(r"^[a-z0-9]{1,64}$")
+#: Headers that route a request or carry a credential: one of each at most.
+_SINGLE: Final = frozenset(
+    {
+        b"host",
+        b"e2b-sandbox-id",
+        b"e2b-sandbox-port",
+        b"x-access-token",
+        b"e2b-traffic-access-token",
+        b"x-api-key",
+        b"authorization",
+    }
+)
 _UNAUTHORIZED: Final = (
     "unauthorized access, please provide a valid access token or method signing if supported"
 )
@@ -92,16 +118,21 @@ class Router:
         if scope["type"] not in ("http", "websocket"):
             await self._control(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        target = _target(headers)
+        try:
+            headers = _single_headers(scope)
+            target = _target(headers)
+            if target is None or target[0] == ENVD_PORT:
+                # SECURITY: user ports are relayed byte for byte, never decoded here.
+                check_target(scope)
+        except SandgateError as exc:
+            body = {**e2b_error(exc.status, exc.message), "error_code": exc.code}
+            await _json(send, exc.status, body)
+            return
         if target is None:
             if scope["path"] == "/files" and b"signature=" in scope.get("query_string", b""):
                 await self._signed_files(scope, receive, send)
                 return
             await self._control(scope, receive, send)
-            return
-        if isinstance(target, str):
-            await _json(send, 400, {"code": 400, "message": target})
             return
         port, sandbox_id = target
         route = self._service.route(sandbox_id) if _ID.match(sandbox_id) else None
@@ -139,22 +170,59 @@ class Router:
         await self._ports(scope, receive, send)
 
 
-def _target(headers: dict[str, str]) -> tuple[int, str] | str | None:
-    """(port, sandbox id), an error message, or None for the control plane."""
-    match = _HOST.match(headers.get("host", ""))
+def parse_port(text: str) -> int | None:
+    """``text`` as a port if it is a canonical decimal in 1..65535, else None.
+
+    Canonical: ASCII digits only, no sign, no spaces, no leading zero; so one port has one
+    spelling and ``int()``'s leniency (``" 80"``, ``"+80"``, ``"0080"``, ``"8_0"``, non-ASCII
+    digits, 5000-digit strings) never decides where a request goes.
+    """
+    if not _PORT.fullmatch(text):
+        return None
+    port = int(text)
+    return port if port <= 65535 else None
+
+
+def _single_headers(scope: Scope) -> dict[str, str]:
+    """The request headers by lower-case name; raises ``InvalidRequest`` if a routing or
+    credential header appears twice."""
+    headers: dict[str, str] = {}
+    for raw_name, raw_value in scope["headers"]:
+        name = raw_name.decode("latin-1").lower()
+        if name in headers and raw_name.lower() in _SINGLE:
+            raise InvalidRequest(f"header {name} is given more than once: send it once")
+        headers[name] = raw_value.decode("latin-1")
+    return headers
+
+
+def _target(headers: dict[str, str]) -> tuple[int, str] | None:
+    """(port, sandbox id), or None for the control plane; raises ``InvalidPort`` or
+    ``InvalidRequest`` for a routing form that names no valid port or sandbox."""
+    label = re.split(r"[.:]", headers.get("host", ""), maxsplit=1)[0]
+    match = _HOST.fullmatch(label)
     if match:
-        return int(match.group(1)), match.group(2)
+        port = parse_port(match.group(1))
+        if port is None:
+            raise InvalidPort(
+                f"Host {label[:80]!r}: the port before '-' must be 1..65535, written without "
+                "sign or leading zeros"
+            )
+        return port, match.group(2)
     sandbox_id = headers.get("e2b-sandbox-id")
-    port = headers.get("e2b-sandbox-port")
-    if sandbox_id is None and port is None:
+    raw_port = headers.get("e2b-sandbox-port")
+    if sandbox_id is None and raw_port is None:
         return None
     if sandbox_id is None:
-        return "Missing header: E2b-Sandbox-Id"
+        raise InvalidRequest("Missing header: E2b-Sandbox-Id")
+    if raw_port is None:
+        raise InvalidRequest("Missing header: E2b-Sandbox-Port")
+    port = parse_port(raw_port)
     if port is None:
-        return "Missing header: E2b-Sandbox-Port"
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        return "Invalid header: E2b-Sandbox-Port must be a port number"
-    return int(port), sandbox_id
+        raise InvalidPort(
+            "Invalid header: E2b-Sandbox-Port must be a port number 1..65535, written without "
+            "sign, spaces or leading zeros"
+        )
+    return port, sandbox_id
 
 
 def _authorised(scope: Scope, headers: dict[str, str], route: Route) -> bool:

@@ -1,7 +1,8 @@
 """Builds ``guest.pyz``, the daemon as one file the gateway copies into each sandbox.
 
 The archive holds a stub ``sandgate/__init__.py`` (so nothing from the gateway's package is
-dragged in), every module of ``sandgate/guest`` and a ``__main__.py`` that starts the daemon.
+dragged in), every module of ``sandgate/guest``, the stdlib-only ``sandgate/strictjson.py``
+(the protocol's JSON decoder) and a ``__main__.py`` that starts the daemon.
 Entries are sorted and dated 1980-01-01, so the same sources give the same bytes.
 
 Each module also ships as unchecked-hash bytecode for the gateway's Python version: a sandbox
@@ -39,7 +40,10 @@ def _bytecode(name: str, source: bytes) -> bytes:
 
 def _members() -> list[tuple[str, bytes]]:
     guest_dir = Path(__file__).resolve().parent
-    sources = [("sandgate/__init__.py", _PACKAGE_INIT)]
+    sources = [
+        ("sandgate/__init__.py", _PACKAGE_INIT),
+        ("sandgate/strictjson.py", (guest_dir.parent / "strictjson.py").read_bytes()),
+    ]
     for path in sorted(guest_dir.rglob("*.py")):
         if "__pycache__" in path.parts:
             continue

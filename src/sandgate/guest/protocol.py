@@ -51,6 +51,12 @@ The first frame on a connection is the request, a JSON frame with ``op``. Replie
   the commit, every staged file is removed and no target changes. Both write operations
   answer before the end only to refuse (``{"ok": false, ...}``), and then stop reading;
 * ``tunnel`` answers ``{"ok": true}`` and then both sides exchange raw bytes (no framing).
+
+JSON frames are decoded by :func:`decode_json`, which is ``sandgate.strictjson`` (shipped in
+the guest's zipapp): the gateway never acts on a guest reply with a duplicate key, ``NaN``,
+an out-of-range integer or nesting beyond the cap, and the guest holds its requests to the same
+rules. Lone surrogates are the one exception: names that are not UTF-8 inside the sandbox
+travel as ``surrogateescape`` code points (``"\\udcff"``), in both directions.
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ from __future__ import annotations
 import json
 import struct
 from typing import Any, Final
+
+from sandgate.strictjson import loads_object
 
 __all__ = [
     "DISK_FULL",
@@ -143,7 +151,5 @@ def encode_json(message: dict[str, Any]) -> bytes:
 
 
 def decode_json(payload: bytes) -> dict[str, Any]:
-    value = json.loads(payload)
-    if not isinstance(value, dict):
-        raise ValueError("a JSON frame must hold an object")
-    return value
+    """The object in a JSON frame; raises ``ValueError`` (``StrictJsonError``) otherwise."""
+    return loads_object(payload, allow_surrogates=True)

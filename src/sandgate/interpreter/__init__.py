@@ -5,8 +5,9 @@ It speaks the E2B code-interpreter contract (``shared/e2b-protocol.md`` §4) on
 ``/contexts`` CRUD. Each context is one Jupyter kernel (python via ipykernel, javascript
 and typescript via Deno, bash via bash_kernel) driven through ``jupyter_client``. The
 template build copies this package into the image (``TemplateSpec.vendored``); it runs
-there on the image's ``python3`` with the standard library and Debian's
-``jupyter_client`` only, and nothing here is imported by the gateway.
+there on the image's ``python3`` with the standard library, Debian's ``jupyter_client``
+and the stdlib-only ``sandgate.strictjson`` (vendored beside it) only, and nothing here is
+imported by the gateway.
 
 Trust boundary:
 

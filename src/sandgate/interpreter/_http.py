@@ -1,5 +1,9 @@
 """Just enough HTTP/1.1 for one request per connection (the gateway sends
-``Connection: close``): parse a request, answer JSON or text, or stream chunked lines."""
+``Connection: close``): parse a request, answer JSON or text, or stream chunked lines.
+
+Request bodies are strict JSON (``sandgate.strictjson``, vendored next to this package): a
+duplicate key, ``NaN``, a lone surrogate, invalid UTF-8, deep nesting or an out-of-range
+integer is a 400 starting ``invalid_json:``, before any code runs."""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ import asyncio
 import dataclasses
 import json
 from typing import Any
+
+from sandgate.strictjson import CODE, StrictJsonError, loads
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -45,9 +51,9 @@ class Request:
         if not self.body.strip():
             return {}
         try:
-            value = json.loads(self.body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BadRequest(f"request body is not JSON: {exc}") from None
+            value = loads(self.body)
+        except StrictJsonError as exc:
+            raise BadRequest(f"{CODE}: {exc.describe('request body')}") from None
         if value is None:
             return {}
         if not isinstance(value, dict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -56,9 +57,16 @@ def register(
             cpu_count=cpu_count,
             memory_mb=memory_mb,
             start_cmd=labels.get(START_CMD_LABEL) or None,
-            ready_port=int(ready_port) if ready_port and ready_port.isdigit() else None,
+            ready_port=_port(ready_port),
             public=True,
             created_at=now,
             updated_at=now,
         )
     )
+
+
+def _port(label: str | None) -> int | None:
+    """A readiness-port label as a port; anything but a canonical 1..65535 means none."""
+    if not label or not re.fullmatch(r"[1-9][0-9]{0,4}", label) or int(label) > 65535:
+        return None
+    return int(label)

@@ -283,6 +283,10 @@ def staged_context(
         vendor.mkdir(parents=True)
         (vendor / "__init__.py").write_text('"""Sandgate modules vendored into a template."""\n')
         for name in spec.vendored:
+            module = package_dir / f"{name}.py"
+            if module.is_file():
+                shutil.copyfile(module, vendor / module.name)
+                continue
             shutil.copytree(
                 package_dir / name,
                 vendor / name,

@@ -19,8 +19,9 @@ class TemplateSpec:
     needs in ``<context>/packages.txt`` (see ``images/base/packages.txt``); a template
     with a parent starts from that template's built image. Either way the Dockerfile
     receives the starting image as ``ARG BASE_IMAGE``. ``vendored`` names Sandgate
-    subpackages (``"interpreter"`` for ``sandgate.interpreter``) that the builder copies
-    into the context as ``_vendor/sandgate/<name>/`` (next to a stub
+    subpackages (``"interpreter"`` for ``sandgate.interpreter``) or stdlib-only modules
+    (``"strictjson"``) that the builder copies into the context as
+    ``_vendor/sandgate/<name>/`` or ``_vendor/sandgate/<name>.py`` (next to a stub
     ``_vendor/sandgate/__init__.py``), so in-sandbox services ship from this source tree.
     """
 
@@ -44,7 +45,7 @@ SHIPPED_TEMPLATES: Mapping[str, TemplateSpec] = MappingProxyType(
             description="base plus numpy/pandas/matplotlib, Jupyter kernels (python, "
             "javascript/typescript, bash) and the code-interpreter server on port 49999",
             parent="base",
-            vendored=("interpreter",),
+            vendored=("interpreter", "strictjson"),
         ),
     }
 )

@@ -8,8 +8,10 @@ per line, any number in turn on one connection::
     ← {"ok": true, "result": {...}, "truncated": false}
     ← {"ok": false, "error": {"code": "policy_denied", "message": "...", "status": 403}}
 
-``idempotency_key`` is optional. A line longer than ``MAX_LINE`` or that is not a JSON object
-gets an ``invalid_request`` reply and the connection is closed.
+``idempotency_key`` is optional. A line longer than ``MAX_LINE`` gets an ``invalid_request``
+reply, a line that is not a strict JSON object (``sandgate.strictjson``: a duplicate key at any
+depth, ``NaN``, a lone surrogate, invalid UTF-8, nesting deeper than its cap, an integer outside
+int64) an ``invalid_json`` reply; either way the connection is closed and no tool runs.
 
 SECURITY: the caller is the sandbox the socket belongs to (``subject`` is fixed when the
 socket is created, from the store row); nothing in a request can name another sandbox, team or
@@ -26,8 +28,10 @@ from typing import Any
 
 import structlog
 
+from sandgate.errors import InvalidJson
 from sandgate.policy import Subject
 from sandgate.sandboxes.listener import SandboxListener
+from sandgate.strictjson import StrictJsonError, loads_object
 from sandgate.tools.pipeline import Gateway
 
 __all__ = ["MAX_LINE", "GatewaySocket"]
@@ -58,9 +62,11 @@ class GatewaySocket(SandboxListener):
                     return
                 if not line:
                     return
-                request = _parse(line)
-                if request is None:
-                    await _reply(writer, _invalid("each line must be a JSON object"))
+                try:
+                    request = loads_object(line)
+                except StrictJsonError as exc:
+                    error = InvalidJson(exc.describe("the request line"))
+                    await _reply(writer, _refusal(error.code, error.message))
                     return
                 result = await self._gateway.call(
                     self._subject,
@@ -77,16 +83,12 @@ class GatewaySocket(SandboxListener):
                 self._tasks.discard(task)
 
 
-def _parse(line: bytes) -> dict[str, Any] | None:
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def _invalid(message: str) -> dict[str, Any]:
-    return {"ok": False, "error": {"code": "invalid_request", "message": message, "status": 400}}
+    return _refusal("invalid_request", message)
+
+
+def _refusal(code: str, message: str) -> dict[str, Any]:
+    return {"ok": False, "error": {"code": code, "message": message, "status": 400}}
 
 
 async def _reply(writer: asyncio.StreamWriter, body: dict[str, Any]) -> None:

@@ -200,7 +200,7 @@ def test_mcp_tools_over_stdio_and_http(tools_server: RunningServer, agent_sandbo
     _, run = agent_sandbox("writer")
     result = run(
         "python3 -c 'import sandgate_tools as t; "
-        'print(t.mstdio_add(a=2, b="3")["result"], t.mhttp_shout(text="hi")["result"])\''
+        'print(t.mstdio_add(a=2, b=3)["result"], t.mhttp_shout(text="hi")["result"])\''
     )
     assert result.stdout.split() == ["5", "HI"], result.stderr
     listed = httpx.get(
@@ -249,7 +249,7 @@ def test_GW_10_and_GW_14_audit_invisible_and_socket_has_no_other_routes(
         's.connect("/run/sandgate/gateway.sock"); '
         's.sendall(b"GET /admin HTTP/1.1\\r\\n\\r\\n"); print(s.recv(4096).decode())\''
     )
-    assert json.loads(probe.stdout)["error"]["code"] == "invalid_request"
+    assert json.loads(probe.stdout)["error"]["code"] == "invalid_json"  # not a JSON line
 
 
 def test_AUTH_01_v1_routes_need_an_api_key(tools_server: RunningServer) -> None:

@@ -97,18 +97,41 @@ def test_closing_early_closes_the_source() -> None:
             {"host": "49983-abc.example.com:443", "e2b-sandbox-id": "zzz", "e2b-sandbox-port": "1"},
             (49983, "abc"),
         ),
+        ({"host": "8000-abc:7788"}, (8000, "abc")),
         ({"e2b-sandbox-id": "abc", "e2b-sandbox-port": "49999"}, (49999, "abc")),
-        ({"e2b-sandbox-id": "abc"}, "Missing header: E2b-Sandbox-Port"),
-        ({"e2b-sandbox-port": "1"}, "Missing header: E2b-Sandbox-Id"),
-        (
-            {"e2b-sandbox-id": "abc", "e2b-sandbox-port": "x"},
-            "Invalid header: E2b-Sandbox-Port must be a port number",
-        ),
+        ({"e2b-sandbox-id": "abc", "e2b-sandbox-port": "65535"}, (65535, "abc")),
         ({"host": "localhost:7788"}, None),
         ({"host": "api.sandbox.localhost"}, None),
+        ({"host": "api-1.example.com"}, None),
+        ({"host": "127-0-0-1.nip.io"}, None),
     ],
 )
 def test_routing_rules(headers: dict[str, str], expected: object) -> None:
     from sandgate.api.routing import _target
 
     assert _target(headers) == expected
+
+
+@pytest.mark.parametrize(
+    ("headers", "code", "message"),
+    [
+        ({"e2b-sandbox-id": "abc"}, "invalid_request", "Missing header: E2b-Sandbox-Port"),
+        ({"e2b-sandbox-port": "1"}, "invalid_request", "Missing header: E2b-Sandbox-Id"),
+        ({"e2b-sandbox-id": "abc", "e2b-sandbox-port": "x"}, "invalid_port", "E2b-Sandbox-Port"),
+        ({"e2b-sandbox-id": "abc", "e2b-sandbox-port": "0"}, "invalid_port", "1..65535"),
+        ({"host": "0-abc.sandbox.localhost"}, "invalid_port", "Host"),
+        ({"host": "-1-abc.sandbox.localhost"}, "invalid_port", "Host"),
+        ({"host": "65536-abc.sandbox.localhost"}, "invalid_port", "Host"),
+        ({"host": "8_0-abc.sandbox.localhost"}, "invalid_port", "Host"),
+        ({"host": "+80-abc:7788"}, "invalid_port", "Host"),
+    ],
+)
+def test_routing_errors_have_a_stable_code(
+    headers: dict[str, str], code: str, message: str
+) -> None:
+    from sandgate.api.routing import _target
+    from sandgate.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match=message) as raised:
+        _target(headers)
+    assert raised.value.code == code

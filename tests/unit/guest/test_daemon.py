@@ -183,6 +183,57 @@ def test_bad_requests_get_error_replies(guest: RunningGuest) -> None:
     assert run(guest.client.ping())["ok"] is True
 
 
+@pytest.mark.parametrize(
+    "member",
+    [
+        b', "path": "%s-b"',  # a duplicate of the key the operation reads
+        b', "x": NaN',
+        b', "x": 1' + b"0" * 5000,
+        b', "x": ' + b"[" * 100 + b"]" * 100,
+        b', "x": "\xff"',
+    ],
+)
+def test_strict_guest_refuses_a_request_that_is_not_strict_json(
+    guest: RunningGuest, workdir: Path, member: bytes
+) -> None:
+    """The guest decodes its requests with ``sandgate.strictjson``: nothing is acted on and
+    only this connection closes."""
+    target = str(workdir / "strict-dir").encode()
+    payload = b'{"op": "make_dir", "path": "%s"%s}' % (target, member.replace(b"%s", target))
+    assert _raw(guest, encode_frame(Kind.JSON, payload)) in (b"", b"<reset>")
+    assert not list(workdir.iterdir()), "the guest acted on a refused request"
+    assert run(guest.client.ping())["ok"] is True
+
+
+def test_strict_guest_replies_keep_surrogate_escaped_names(
+    guest: RunningGuest, workdir: Path
+) -> None:
+    """Names that are not UTF-8 travel as lone surrogates, the one relaxation of the rule."""
+    with open(os.path.join(os.fsencode(workdir), b"odd\xff"), "wb"):
+        pass
+    names = {entry.name for entry in run(guest.client.list_dir(str(workdir), depth=1))}
+    assert names == {"odd\udcff"}
+
+
+def test_strict_gateway_refuses_a_guest_reply_that_is_not_strict_json(tmp_path: Path) -> None:
+    """A reply with a duplicate key (the sandbox's word against itself) is not believed."""
+    path = tmp_path / "fake.sock"
+
+    async def scenario() -> None:
+        async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(FRAME_HEADER.size)
+            writer.write(encode_frame(Kind.JSON, b'{"ok": true, "pid": 1, "pid": 2}'))
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_unix_server(reply, path=str(path))
+        async with server:
+            with pytest.raises(GuestUnavailable, match="duplicate key"):
+                await GuestClient(path).ping()
+
+    asyncio.run(scenario())
+
+
 def test_envs(guest: RunningGuest, sandbox_envs: dict[str, str]) -> None:
     assert run(guest.client.envs()) == sandbox_envs
 

@@ -65,7 +65,7 @@ def call(
 
 
 def test_allowed_call_is_validated_redacted_and_audited(gateway: Gateway) -> None:
-    reply = call(gateway, "echo", {"n": "7"})
+    reply = call(gateway, "echo", {"n": 7})
     assert reply["ok"] and reply["result"] == {"received": {"n": 7}, "secret": "[REDACTED:TOKEN]"}
     record = list(gateway.audit.records())[-1]
     assert (record["tool"], record["outcome"], record["rule"]) == ("echo", "allowed", "allow-all")
@@ -81,6 +81,13 @@ def test_GW_01_unknown_tool_is_denied_and_audited(gateway: Gateway) -> None:
 
 def test_invalid_arguments_name_the_field(gateway: Gateway) -> None:
     reply = call(gateway, "echo", {"n": "x"})
+    assert reply["error"]["code"] == "invalid_arguments" and "'n'" in reply["error"]["message"]
+    assert list(gateway.audit.records())[-1]["outcome"] == "invalid"
+
+
+def test_strict_no_coercion_numeric_text_is_not_an_integer(gateway: Gateway) -> None:
+    """ "7" is refused for an integer parameter, so the tool never runs on a guessed value."""
+    reply = call(gateway, "echo", {"n": "7"})
     assert reply["error"]["code"] == "invalid_arguments" and "'n'" in reply["error"]["message"]
     assert list(gateway.audit.records())[-1]["outcome"] == "invalid"
 

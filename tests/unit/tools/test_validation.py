@@ -1,4 +1,4 @@
-"""Argument validation: obvious coercions, defaults, errors that name the field."""
+"""Argument validation: no coercion, strict JSON values, defaults, errors naming the field."""
 
 from typing import Any
 
@@ -24,20 +24,53 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def test_coerces_obvious_types_and_fills_defaults() -> None:
-    result = validate_arguments(
-        "t",
-        SCHEMA,
-        {"count": "3", "ratio": "0.5", "flag": "true", "tags": '["a"]', "name": 42},
-    )
-    assert result == {
-        "count": 3,
-        "ratio": 0.5,
-        "flag": True,
-        "tags": ["a"],
-        "name": "42",
-        "mode": "fast",
-    }
+def test_typed_arguments_pass_unchanged_and_defaults_are_filled() -> None:
+    arguments = {"count": 3, "ratio": 0.5, "flag": True, "tags": ["a"], "name": "42"}
+    result = validate_arguments("t", SCHEMA, arguments)
+    assert result == {**arguments, "mode": "fast"}
+    assert validate_arguments("t", SCHEMA, {"count": 1, "ratio": 2})["ratio"] == 2
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("count", "3"),  # a number is not a string...
+        ("count", 3.0),  # ...an integer is not a float...
+        ("count", True),  # ...and true is not 1
+        ("ratio", "0.5"),
+        ("flag", "true"),
+        ("flag", 1),
+        ("tags", '["a"]'),  # JSON text is not an array
+        ("filters", '{"city": "x"}'),
+        ("name", 42),  # and 42 is not a string
+    ],
+)
+def test_strict_no_coercion_of_tool_arguments(field: str, value: Any) -> None:
+    arguments = {"count": 1, field: value}
+    with pytest.raises(InvalidArguments, match=f"argument '{field}'"):
+        validate_arguments("t", SCHEMA, arguments)
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (float("nan"), "nan"),
+        (float("inf"), "inf"),
+        ("\ud800", "lone surrogate"),
+        (2**63, "int64"),
+        (_nested(64), "deeper"),
+    ],
+)
+def test_strict_arguments_must_be_strict_json_values(value: Any, reason: str) -> None:
+    with pytest.raises(InvalidArguments, match=reason):
+        validate_arguments("t", {"type": "object"}, {"x": value})
 
 
 def test_missing_required_is_named() -> None:

@@ -5,6 +5,11 @@ the Connect code as a string. Server streaming: one enveloped request message; t
 ``application/connect+json`` (exactly, without parameters), a sequence of ``0x00`` envelopes
 flushed as they are produced, and always a final ``0x02`` end-of-stream envelope carrying
 ``{}`` or ``{"error": {...}}``. Envelope = flags u8 + length u32 BE + payload. No compression.
+
+Every request message, unary or enveloped, is decoded by ``sandgate.strictjson``: a duplicate
+key, ``NaN``, a lone surrogate, invalid UTF-8, deep nesting or an out-of-range integer is
+``invalid_argument`` with a message starting ``invalid_json:`` (the stable code), before any
+handler runs.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from sandgate.api.errors import CONNECT_STATUS
+from sandgate.strictjson import CODE, StrictJsonError, loads_object
 
 __all__ = [
     "STREAM_CONTENT_TYPE",
@@ -121,13 +127,13 @@ async def _read_body(request: Request) -> bytes:
 
 
 def _decode(raw: bytes) -> dict[str, Any]:
+    """One request message (an empty body is the empty message)."""
+    if not raw:
+        return {}
     try:
-        value = json.loads(raw or b"{}")
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RpcError("invalid_argument", f"request is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise RpcError("invalid_argument", "request must be a JSON object")
-    return value
+        return loads_object(raw)
+    except StrictJsonError as exc:
+        raise RpcError("invalid_argument", f"{CODE}: {exc.describe('request')}") from None
 
 
 async def read_unary_request(request: Request) -> dict[str, Any]:
@@ -147,9 +153,13 @@ async def read_stream_request(request: Request) -> dict[str, Any]:
     flags, length = _ENVELOPE.unpack_from(raw)
     if flags & 0x01:
         raise RpcError("unimplemented", "compressed messages are not supported")
+    if flags:
+        raise RpcError("invalid_argument", f"unexpected envelope flags {flags:#04x}")
     payload = raw[_ENVELOPE.size : _ENVELOPE.size + length]
     if len(payload) != length:
         raise RpcError("invalid_argument", "truncated request envelope")
+    if len(raw) != _ENVELOPE.size + length:
+        raise RpcError("invalid_argument", "a server-streaming request holds exactly one message")
     return _decode(payload)
 
 
@@ -172,6 +182,8 @@ async def read_stream_messages(request: Request) -> AsyncIterator[dict[str, Any]
             del buffer[: _ENVELOPE.size + length]
             if flags & _FLAG_END:
                 return
+            if flags:
+                raise RpcError("unimplemented", "compressed messages are not supported")
             yield _decode(payload)
     if buffer:
         raise RpcError("invalid_argument", "truncated request envelope")

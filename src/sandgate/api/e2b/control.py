@@ -3,12 +3,15 @@
 Success codes are exactly E2B's (the generated Python client reads bodies only for the code it
 expects: 201 on create, 200 on connect-while-running, 204 on kill and timeout). Every error is
 JSON ``{"code": <status>, "message": ...}``.
+
+Strict input: bodies are strict JSON (``api.strict``) and the models below are ``strict``:
+``"300"`` is not a timeout, ``1`` is not ``true``, ``300.0`` is not an integer. Each field has
+one spelling (its E2B name; ``template_id`` is an unknown key, ignored like any other).
 """
 
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
-from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse
@@ -16,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandgate.access import Principal, traffic_token
 from sandgate.api.auth import Caller
+from sandgate.api.strict import QueryInt, parse_query
 from sandgate.errors import InvalidRequest
 from sandgate.sandboxes import CreateRequest, SandboxService
 from sandgate.store import Sandbox, Store
@@ -33,7 +37,7 @@ class NetworkBody(BaseModel):
     ``allowPublicTraffic`` defaults to **false** here (E2B: true): a sandbox's ports need its
     ``trafficAccessToken`` unless the caller asks for public ports."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     allow_out: list[str] = Field(default_factory=list, alias="allowOut", max_length=256)
     deny_out: list[str] = Field(default_factory=list, alias="denyOut", max_length=256)
@@ -43,7 +47,7 @@ class NetworkBody(BaseModel):
 class NewSandbox(BaseModel):
     """``NewSandbox`` (v1) and ``NewSandboxV2``; unknown keys are ignored, as E2B does."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     template_id: str = Field(alias="templateID", min_length=1, max_length=200)
     timeout: int | None = None
@@ -57,7 +61,7 @@ class NewSandbox(BaseModel):
 
 
 class TimeoutBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     timeout: int | None = None
 
@@ -199,7 +203,10 @@ def build_control_router(
         next_token: str | None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         states = _parse_states(state)
-        wanted = dict(parse_qsl(metadata, keep_blank_values=True)) if metadata else {}
+        pairs = parse_query(metadata) if metadata else []
+        wanted = dict(pairs)
+        if len(wanted) != len(pairs):
+            raise InvalidRequest("metadata names one key twice: give each key once")
         size = _MAX_PAGE if limit is None else limit
         if not 1 <= size <= _MAX_PAGE:
             raise InvalidRequest(f"limit must be between 1 and {_MAX_PAGE}")
@@ -213,7 +220,7 @@ def build_control_router(
         caller: Caller,
         metadata: str | None = None,
         state: Annotated[list[str] | None, Query()] = None,
-        limit: int | None = None,
+        limit: QueryInt | None = None,
         next_token: Annotated[str | None, Query(alias="nextToken")] = None,
     ) -> Response:
         rows, token = list_page(caller, metadata, state, limit, next_token)

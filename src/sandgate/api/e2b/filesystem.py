@@ -19,6 +19,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sandgate.api.e2b import messages
 from sandgate.api.e2b.connect import (
     RpcError,
     read_stream_request,
@@ -26,7 +27,7 @@ from sandgate.api.e2b.connect import (
     with_keepalive,
 )
 from sandgate.api.e2b.guest_rpc import guest_of, unary_call
-from sandgate.api.e2b.process import timeout_ms
+from sandgate.api.e2b.process import keepalive_interval, timeout_ms
 from sandgate.api.e2b.users import request_user
 from sandgate.guest.client import (
     EntryInfo,
@@ -178,12 +179,7 @@ async def move(request: Request) -> Response:
 
 async def list_dir(request: Request) -> Response:
     async def call(m: dict[str, Any]) -> dict[str, Any]:
-        try:
-            depth = int(m.get("depth") or 1)
-        except (TypeError, ValueError):
-            raise RpcError("invalid_argument", "depth must be a positive integer") from None
-        if depth < 1:
-            raise RpcError("invalid_argument", "depth must be a positive integer")
+        depth = messages.integer(m, "depth") or 1  # proto3: 0 and unset both mean 1
         entries = await guest_of(request).list_dir(
             check_path(m.get("path")), depth=depth, user=request_user(request)
         )
@@ -201,8 +197,8 @@ async def remove(request: Request) -> Response:
 
 def _watch_args(m: dict[str, Any]) -> tuple[str, bool, bool]:
     path = check_path(m.get("path"))
-    recursive = bool(m.get("recursive"))
-    include_entry = bool(m.get("includeEntry", m.get("include_entry", False)))
+    recursive = messages.boolean(m, "recursive")
+    include_entry = messages.boolean(m, "includeEntry", "include_entry")
     return path, recursive, include_entry
 
 
@@ -228,9 +224,10 @@ async def watch_dir(request: Request) -> Response:
         finally:
             await stream.aclose()
 
-    interval = float(request.headers.get("keepalive-ping-interval") or 90)
     return stream_response(
-        with_keepalive(events(), max(1.0, interval), _KEEPALIVE, deadline_ms=timeout_ms(request))
+        with_keepalive(
+            events(), keepalive_interval(request), _KEEPALIVE, deadline_ms=timeout_ms(request)
+        )
     )
 
 
@@ -254,11 +251,11 @@ async def create_watcher(request: Request) -> Response:
 
 
 def _watcher(request: Request, m: dict[str, Any]) -> tuple[str, _Watcher]:
-    watcher_id = m.get("watcherId", m.get("watcher_id"))
-    watcher = _watchers(request).get(str(watcher_id))
+    watcher_id = messages.string(m, "watcherId", "watcher_id") or ""
+    watcher = _watchers(request).get(watcher_id)
     if watcher is None:
-        raise RpcError("not_found", f"watcher {watcher_id!r} not found")
-    return str(watcher_id), watcher
+        raise RpcError("not_found", f"watcher {watcher_id[:64]!r} not found")
+    return watcher_id, watcher
 
 
 async def get_watcher_events(request: Request) -> Response:

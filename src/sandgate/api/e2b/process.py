@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sandgate.api.e2b import messages
 from sandgate.api.e2b.connect import (
     RpcError,
     read_stream_messages,
@@ -32,32 +35,47 @@ from sandgate.guest.client import (
     Started,
 )
 
-__all__ = ["PROCESS_METHODS", "field"]
+__all__ = ["PROCESS_METHODS", "keepalive_interval", "timeout_ms"]
 
-_SIGNALS = {"SIGNAL_SIGKILL": 9, "SIGNAL_SIGTERM": 15, "9": 9, "15": 15}
+_SIGNALS = {"SIGNAL_SIGKILL": 9, "SIGNAL_SIGTERM": 15}
 _DEFAULT_KEEPALIVE_S = 90.0
+_TIMEOUT = re.compile(r"^[0-9]{1,10}$")
 _KEEPALIVE: dict[str, Any] = {"event": {"keepalive": {}}}
 
 
-def field(message: dict[str, Any], camel: str, snake: str | None = None) -> Any:
-    """A field by its JSON name or its original proto name."""
-    if camel in message:
-        return message[camel]
-    return message.get(snake) if snake else None
+def _selector(message: dict[str, Any] | None, where: str = "") -> dict[str, Any]:
+    """A ``ProcessSelector``: exactly one of ``pid`` and ``tag`` (a oneof)."""
+    process = messages.message(message or {}, "process", where=where)
+    if process is None:
+        raise RpcError("invalid_argument", f"{where}process selector is required")
+    pid = messages.integer(process, "pid", where=f"{where}process.")
+    tag = messages.string(process, "tag", where=f"{where}process.")
+    if pid is not None and tag is not None:
+        raise RpcError("invalid_argument", f"{where}process selector takes pid or tag, not both")
+    if pid is not None:
+        return {"pid": pid}
+    if tag is not None:
+        return {"tag": tag}
+    raise RpcError("invalid_argument", f"{where}process selector needs pid or tag")
 
 
-def _selector(message: dict[str, Any]) -> dict[str, Any]:
-    process = message.get("process")
-    if not isinstance(process, dict):
-        raise RpcError("invalid_argument", "process selector is required")
-    if "pid" in process:
-        try:
-            return {"pid": int(process["pid"])}
-        except (TypeError, ValueError):
-            raise RpcError("invalid_argument", "process.pid must be an integer") from None
-    if isinstance(process.get("tag"), str):
-        return {"tag": process["tag"]}
-    raise RpcError("invalid_argument", "process selector needs pid or tag")
+def _pty_size(pty: dict[str, Any], where: str) -> tuple[int, int]:
+    size = messages.message(pty, "size", where=where) or {}
+    bounds = (1, 65535)  # struct winsize holds unsigned shorts
+    cols = messages.integer(size, "cols", bounds=bounds, where=f"{where}size.")
+    rows = messages.integer(size, "rows", bounds=bounds, where=f"{where}size.")
+    return (80 if cols is None else cols), (24 if rows is None else rows)
+
+
+def _input(data: dict[str, Any] | None, where: str) -> tuple[bytes, bool]:
+    """A ``ProcessInput`` oneof: ``stdin`` or ``pty`` bytes."""
+    pty = (data or {}).get("pty")
+    stdin = (data or {}).get("stdin")
+    if pty is not None and stdin is not None:
+        raise RpcError("invalid_argument", f"{where}input takes stdin or pty, not both")
+    if pty is not None:
+        return _b64(pty, f"{where}input.pty"), True
+    return _b64("" if stdin is None else stdin, f"{where}input.stdin"), False
 
 
 def _b64(value: Any, name: str) -> bytes:
@@ -95,26 +113,28 @@ async def _events(stream: ProcessStream) -> AsyncIterator[dict[str, Any]]:
         await stream.aclose()
 
 
-def _keepalive_interval(request: Request) -> float:
+def keepalive_interval(request: Request) -> float:
+    """The client's ``Keepalive-Ping-Interval`` in seconds (at least 1); a value that is not
+    a finite number means the default, as the header is advisory."""
     raw = request.headers.get("keepalive-ping-interval")
     try:
-        return max(1.0, float(raw)) if raw else _DEFAULT_KEEPALIVE_S
+        value = float(raw) if raw else _DEFAULT_KEEPALIVE_S
     except ValueError:
         return _DEFAULT_KEEPALIVE_S
+    return max(1.0, value) if math.isfinite(value) else _DEFAULT_KEEPALIVE_S
 
 
 def timeout_ms(request: Request) -> int:
-    """The request's ``connect-timeout-ms`` (0 = none); negative is invalid."""
+    """The request's ``connect-timeout-ms`` (0 = none): 1 to 10 ASCII digits, as the Connect
+    protocol defines it; anything else (a sign, spaces, ``1e3``) is ``invalid_argument``."""
     raw = request.headers.get("connect-timeout-ms")
     if not raw:
         return 0
-    try:
-        value = int(raw)
-    except ValueError:
-        raise RpcError("invalid_argument", "connect-timeout-ms must be an integer") from None
-    if value < 0:
-        raise RpcError("invalid_argument", "connect-timeout-ms must not be negative")
-    return value
+    if not _TIMEOUT.fullmatch(raw):
+        raise RpcError(
+            "invalid_argument", "connect-timeout-ms must be a non-negative integer (1-10 digits)"
+        )
+    return int(raw)
 
 
 async def _stream_call(
@@ -133,7 +153,7 @@ async def _stream_call(
     return stream_response(
         with_keepalive(
             _events(stream),
-            _keepalive_interval(request),
+            keepalive_interval(request),
             _KEEPALIVE,
             deadline_ms=timeout_ms(request) if bounded else 0,
         )
@@ -142,32 +162,26 @@ async def _stream_call(
 
 async def start(request: Request) -> Response:
     async def opener(message: dict[str, Any]) -> ProcessStream:
-        config = message.get("process")
-        if not isinstance(config, dict) or not isinstance(config.get("cmd"), str):
+        config = messages.message(message, "process")
+        cmd = messages.string(config or {}, "cmd", where="process.")
+        if config is None or cmd is None:
             raise RpcError("invalid_argument", "process.cmd is required")
-        args = config.get("args") or []
-        envs = config.get("envs") or {}
-        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            raise RpcError("invalid_argument", "process.args must be a list of strings")
-        if not isinstance(envs, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in envs.items()
-        ):
-            raise RpcError("invalid_argument", "process.envs must map strings to strings")
-        pty = message.get("pty")
-        size = None
-        if isinstance(pty, dict):
-            raw_size = pty.get("size") or {}
-            size = (int(raw_size.get("cols", 80)), int(raw_size.get("rows", 24)))
-        stdin = message.get("stdin")
+        args = messages.string_list(config, "args", where="process.")
+        envs = messages.string_map(config, "envs", where="process.")
+        cwd = messages.string(config, "cwd", where="process.")
+        pty = messages.message(message, "pty")
+        size = None if pty is None else _pty_size(pty, "pty.")
+        tag = messages.string(message, "tag")
+        stdin = messages.boolean(message, "stdin", default=True)
         user = request_user(request)
         stream = await guest_of(request).spawn(
-            cmd=config["cmd"],
+            cmd=cmd,
             args=args,
             envs=envs,
-            cwd=config.get("cwd") or None,
+            cwd=cwd or None,
             user=user,
-            tag=message.get("tag"),
-            stdin=True if stdin is None else bool(stdin),
+            tag=tag,
+            stdin=stdin,
             pty=size,
             timeout_ms=timeout_ms(request),
         )
@@ -175,7 +189,7 @@ async def start(request: Request) -> Response:
         if sandboxes is not None:
             sandboxes.record_command(
                 request.scope["sandgate.route"].sandbox_id,
-                cmd=config["cmd"],
+                cmd=cmd,
                 args=args,
                 user=user,
                 pid=stream.pid,
@@ -212,10 +226,11 @@ async def list_processes(request: Request) -> Response:
 
 async def send_signal(request: Request) -> Response:
     async def call(message: dict[str, Any]) -> None:
-        raw = message.get("signal")
-        signal = _SIGNALS.get(str(raw))
+        signal = messages.enum(message, "signal", _SIGNALS)
         if signal is None:
-            raise RpcError("invalid_argument", f"unsupported signal {raw!r}")
+            raise RpcError(
+                "invalid_argument", "signal is required (SIGNAL_SIGKILL, SIGNAL_SIGTERM)"
+            )
         await guest_of(request).signal(signal, **_selector(message))
 
     return await unary_call(request, call)
@@ -223,11 +238,7 @@ async def send_signal(request: Request) -> Response:
 
 async def send_input(request: Request) -> Response:
     async def call(message: dict[str, Any]) -> None:
-        data = message.get("input") or {}
-        if "pty" in data:
-            payload, pty = _b64(data["pty"], "input.pty"), True
-        else:
-            payload, pty = _b64(data.get("stdin", ""), "input.stdin"), False
+        payload, pty = _input(messages.message(message, "input"), "")
         await guest_of(request).send_input(payload, **_selector(message), pty=pty)
 
     return await unary_call(request, call)
@@ -242,37 +253,42 @@ async def close_stdin(request: Request) -> Response:
 
 async def update(request: Request) -> Response:
     async def call(message: dict[str, Any]) -> None:
-        pty = message.get("pty")
-        if not isinstance(pty, dict):
+        selector = _selector(message)
+        pty = messages.message(message, "pty")
+        if pty is None:
             return
-        size = pty.get("size") or {}
-        await guest_of(request).resize(
-            int(size.get("cols", 80)), int(size.get("rows", 24)), **_selector(message)
-        )
+        cols, rows = _pty_size(pty, "pty.")
+        await guest_of(request).resize(cols, rows, **selector)
 
     return await unary_call(request, call)
 
 
 async def stream_input(request: Request) -> Response:
-    """Client streaming: a ``start`` naming the process, then ``data`` events of input."""
+    """Client streaming: a ``start`` naming the process, then ``data`` events of input.
+
+    The whole request stream is consumed before the response starts (Connect answers a client
+    stream once it ends). Reading it while a streaming response runs would race Starlette's
+    disconnect listener for the request's messages, which drops the ones it wins: input lost,
+    or a request that never ends. An error ends the call at once, as an end-of-stream error.
+    """
+    selector: dict[str, Any] | None = None
+    try:
+        async for message in read_stream_messages(request):
+            start = messages.message(message, "start")
+            data = messages.message(message, "data")
+            if start is not None and data is not None:
+                raise RpcError("invalid_argument", "an event is start or data, not both")
+            if start is not None:
+                selector = _selector(start, "start.")
+            elif data is not None:
+                if selector is None:
+                    raise RpcError("failed_precondition", "send a start event first")
+                payload, pty = _input(messages.message(data, "input", where="data."), "data.")
+                await guest_of(request).send_input(payload, **selector, pty=pty)
+    except GuestError as exc:
+        raise RpcError(exc.code, exc.message) from None
 
     async def result() -> AsyncIterator[dict[str, Any]]:
-        selector: dict[str, Any] | None = None
-        try:
-            async for message in read_stream_messages(request):
-                if "start" in message:
-                    selector = _selector(message["start"] or {})
-                elif "data" in message:
-                    if selector is None:
-                        raise RpcError("failed_precondition", "send a start event first")
-                    data = (message["data"] or {}).get("input") or {}
-                    if "pty" in data:
-                        payload, pty = _b64(data["pty"], "input.pty"), True
-                    else:
-                        payload, pty = _b64(data.get("stdin", ""), "input.stdin"), False
-                    await guest_of(request).send_input(payload, **selector, pty=pty)
-        except GuestError as exc:
-            raise RpcError(exc.code, exc.message) from None
         yield {}
 
     return stream_response(result())

@@ -14,7 +14,9 @@ API key; see ``sandgate.api.mcp.http``). Handlers ask ``caller_of(ctx)`` who is 
 every request, so nothing about the caller is captured when the server is built.
 
 Trust: the host is trusted as much as the principal it runs as; it gets nothing a direct API
-caller with that key would not.
+caller with that key would not. Arguments of the ``sandbox_*`` tools are checked against their
+schemas like a gateway tool's (``tools.validation``: strict JSON values, no coercion), so a
+missing ``path`` is an error, never the string ``"None"``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from sandgate.guest.client import Ended, GuestError, Output
 from sandgate.policy import Subject
 from sandgate.sandboxes import CreateRequest, SandboxService
 from sandgate.tools import AGENT_METADATA_KEY, Gateway
+from sandgate.tools.validation import validate_arguments
 
 __all__ = ["CallerOf", "McpCaller", "build_mcp_server"]
 
@@ -91,6 +94,9 @@ _SANDBOX_TOOLS = [
         input_schema=_schema(_SANDBOX_ID, ["sandbox_id"]),
     ),
 ]
+
+
+_SANDBOX_SCHEMAS = {tool.name: tool.input_schema for tool in _SANDBOX_TOOLS}
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,11 @@ def build_mcp_server(
         text = result if isinstance(result, str) else json.dumps(result, default=str)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
-    async def _sandbox_call(caller: McpCaller, name: str, arguments: dict[str, Any]) -> Any:
+    async def _sandbox_call(caller: McpCaller, name: str, raw: dict[str, Any]) -> Any:
+        schema = _SANDBOX_SCHEMAS.get(name)
+        if schema is None:
+            raise InvalidArguments(f"unknown tool {shlex.quote(name)}")
+        arguments = validate_arguments(name, schema, raw)
         principal, agent = caller.principal, caller.agent
         if name == "sandbox_create":
             metadata = {AGENT_METADATA_KEY: agent} if agent else {}

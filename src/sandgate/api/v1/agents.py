@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandgate.agents import PUBLIC_EVENTS, AgentRunner, RunEvent
 from sandgate.api.auth import Caller
+from sandgate.api.strict import QueryBool, decimal
 from sandgate.store import AgentRun, Store
 
 __all__ = ["build_agents_router", "run_json"]
@@ -25,7 +26,7 @@ _KEEPALIVE_S = 15.0
 
 
 class RunRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     message: str = Field(min_length=1, max_length=200_000)
     session_id: str | None = None
@@ -56,7 +57,7 @@ def build_agents_router(runner: AgentRunner, store: Store) -> APIRouter:
         return run_json(run)
 
     @router.get("/runs/{run_id}")
-    def get_run(caller: Caller, run_id: str, trace: bool = False) -> dict[str, Any]:
+    def get_run(caller: Caller, run_id: str, trace: QueryBool = False) -> dict[str, Any]:
         data = run_json(runner.run(caller, run_id))
         if trace:
             data["trace"] = [e.as_dict() for e in runner.trace(run_id)]
@@ -69,7 +70,7 @@ def build_agents_router(runner: AgentRunner, store: Store) -> APIRouter:
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     ) -> StreamingResponse:
         runner.run(caller, run_id)
-        after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+        after = _event_id(last_event_id)
         return StreamingResponse(
             _sse(runner.events(run_id, after)),
             media_type="text/event-stream",
@@ -89,6 +90,15 @@ def build_agents_router(runner: AgentRunner, store: Store) -> APIRouter:
         }
 
     return router
+
+
+def _event_id(header: str | None) -> int:
+    """``Last-Event-ID`` as a sequence number; absent or not a canonical non-negative decimal
+    means "from the start" (SSE clients echo back only ids we sent)."""
+    try:
+        return max(0, decimal(header)) if header else 0
+    except ValueError:
+        return 0
 
 
 def run_json(run: AgentRun) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandgate.access import Principal
 from sandgate.api.auth import Caller
+from sandgate.api.strict import QueryInt
 from sandgate.approvals import ApprovalState
 from sandgate.errors import NotFound
 from sandgate.policy import Subject
@@ -24,7 +25,9 @@ StateName = Literal["pending", "approved", "denied", "expired"]
 
 
 class DryRun(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Strict: ``arguments`` reach the policy exactly as sent (no coercion, GW-07)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
@@ -95,8 +98,8 @@ def build_v1_router(gateway: Gateway, store: Store) -> APIRouter:
         tool: str | None = None,
         outcome: str | None = None,
         sandbox: str | None = None,
-        after: Annotated[int, Query(ge=0)] = 0,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        after: Annotated[QueryInt, Query(ge=0)] = 0,
+        limit: Annotated[QueryInt, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
         rows = store.audit_entries(
             tool=tool,

@@ -70,6 +70,7 @@ PY_CLI = '''"""Command-line form of a tool (generated; stdlib only)."""
 
 import json
 import os
+import re
 import sys
 
 from sandgate_tools._client import ToolError, call
@@ -147,10 +148,28 @@ def main(tool, argv=None):
     return 0
 
 
+_NUMBER = re.compile(r"^-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?$")
+
+
 def _value(schema, text):
-    """Untyped parameters take JSON when the text is JSON; typed ones are coerced by the
-    gateway from text."""
-    if isinstance(schema, dict) and "type" not in schema:
+    """Command-line text as the JSON value the parameter's schema asks for; the gateway
+    never coerces, so this is where text becomes typed. Strings stay text; integers and
+    numbers take JSON number syntax; booleans take true/false; objects, arrays and untyped
+    parameters take JSON text. Text that fits none stays text, and the gateway's error
+    names the parameter."""
+    if not isinstance(schema, dict):
+        return text
+    kinds = schema.get("type")
+    types = set(kinds) if isinstance(kinds, list) else {kinds}
+    if "string" in types:
+        return text
+    if types & {"integer", "number"} and _NUMBER.fullmatch(text):
+        return json.loads(text)
+    if "boolean" in types and text in ("true", "false"):
+        return text == "true"
+    if "null" in types and text == "null":
+        return None
+    if types & {"object", "array"} or kinds is None:
         try:
             return json.loads(text)
         except ValueError:
