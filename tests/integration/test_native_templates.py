@@ -58,8 +58,11 @@ def test_serve_without_any_container_engine_runs_bwrap_sandboxes(
     native_rootfs: Path, sandgate_server_factory: ServerFactory
 ) -> None:
     server = sandgate_server_factory(
-        extra_env={**_NO_DOCKER, "SANDGATE_RUNTIME": "auto"},
-        config={"runtime": {"bwrap": {"rootfs_dir": str(native_rootfs)}}},
+        extra_env={
+            **_NO_DOCKER,
+            "SANDGATE_RUNTIME": "auto",
+            "SANDGATE_RUNTIME__ROOTFS_DIR": str(native_rootfs),
+        },
     )
     health = httpx.get(f"{server.url}/health", timeout=10)
     assert health.status_code == 200
