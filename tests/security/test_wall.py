@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import struct
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from tests.fixtures.server import RunningServer
 from tests.framework.envd import create, run
 from tests.framework.inside import run_python
 from tests.framework.posture import proc_status
+from tests.framework.sandbox_http import envelope
 
 STAGE_DIR = Path("/run/sandgate-rt/stage")
 _NS_GET_OWNER_UID = 0xB704
@@ -248,3 +250,33 @@ def test_hostage_guest_memory_is_out_of_reach(
         user="root",
     )
     assert verdict["mem"] == verdict["environ"] == verdict["fd"] == "EACCES", verdict
+
+
+def test_hostage_a_dead_guest_is_reported_not_hidden(
+    runtime_server: RunningServer, runtime_view: RuntimeView
+) -> None:
+    """If the guest dies anyway (the host's OOM killer, an operator), calls fail at once with
+    a clear error and the sandbox stops being reported as running."""
+    sandbox = create(runtime_server.url, runtime_server.api_key)
+    sandbox_id = sandbox["sandboxID"]
+    os.kill(runtime_view.init_pid(sandbox_id), signal.SIGKILL)
+    started = time.monotonic()
+    failed = httpx.post(
+        f"{runtime_server.url}/process.Process/Start",
+        content=envelope({"process": {"cmd": "/bin/true", "args": []}}),
+        headers={
+            "E2b-Sandbox-Id": sandbox_id,
+            "E2b-Sandbox-Port": "49983",
+            "X-Access-Token": sandbox["envdAccessToken"],
+            "content-type": "application/connect+json",
+        },
+        timeout=30,
+    )
+    assert time.monotonic() - started < 5
+    assert failed.status_code in (502, 503) or b"unavailable" in failed.content, failed.content
+    info = f"{runtime_server.url}/sandboxes/{sandbox_id}"
+    headers = {"X-API-Key": runtime_server.api_key}
+    deadline = time.monotonic() + 10
+    while httpx.get(info, headers=headers).status_code != 404:  # the state catches up
+        assert time.monotonic() < deadline, "a sandbox whose guest died is still listed"
+        time.sleep(0.1)

@@ -14,6 +14,7 @@ from sandgate.cli._common import err_console
 from sandgate.cli.templates import _ProgressView
 from sandgate.config import Config
 from sandgate.errors import RuntimeUnavailable, TemplateBuildError
+from sandgate.runtimes import resolve_rootfs
 from sandgate.sandboxes.catalog import register
 from sandgate.store import Store
 from sandgate.templates import SHIPPED_TEMPLATES, NativeTemplateBuilder, TemplateBuilder
@@ -50,6 +51,7 @@ def ensure_shipped_templates(config: Config, store: Store, *, build: bool) -> No
             if built is not None:
                 labels = client.images.get(built.image_id).labels or {}
                 register(store, built, labels=labels)
+                _prepare_tree(config, name, built.image_ref, built.image_id)
             else:
                 err_console.print(
                     f"template {name} is not built: `sandgate templates build {name}`"
@@ -58,6 +60,19 @@ def ensure_shipped_templates(config: Config, store: Store, *, build: bool) -> No
         raise TemplateBuildError(str(exc)) from None
     finally:
         client.close()
+
+
+def _prepare_tree(config: Config, name: str, image_ref: str, image_id: str) -> None:
+    """Exports the template's image to the root file system cache now, once per image, so the
+    first sandbox does not wait for it (every sandbox's root is a layer over that tree)."""
+    meta = config.rootfs_dir / f"{image_id.removeprefix('sha256:')}.json"
+    if meta.is_file():
+        return
+    err_console.print(f"Preparing the root file system of {name} (once per image)...")
+    try:
+        resolve_rootfs(image_ref, config.rootfs_dir, config.runtime.docker.base_url)
+    except RuntimeUnavailable as exc:
+        err_console.print(f"[yellow]not prepared ({exc.message}); the first sandbox will retry[/]")
 
 
 def _ensure_native(config: Config, store: Store, *, build: bool) -> None:

@@ -20,7 +20,7 @@ import asyncio
 import base64
 import contextlib
 import os
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, NoReturn, Self
@@ -219,11 +219,11 @@ _REMOVE_TIMEOUT_S = 600.0
 
 
 async def _unary(
-    path: str, request: dict[str, Any], timeout_s: float | None = UNARY_TIMEOUT_S
+    opened: Awaitable[_Connection], timeout_s: float | None = UNARY_TIMEOUT_S
 ) -> dict[str, Any]:
     """One request, one answer. ``timeout_s=None`` waits as long as the guest works on it
     (stdin writes wait for the process to read: that is backpressure, not a hang)."""
-    conn = await _Connection.open(path, request)
+    conn = await opened
     try:
         async with asyncio.timeout(timeout_s):
             return await conn.read_reply()
@@ -459,22 +459,38 @@ class GuestClient:
     """Talks to one sandbox's guest daemon over its Unix socket. Cheap to create; holds no
     connection between calls. ``user=None`` means the sandbox's default user."""
 
-    def __init__(self, socket_path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str],
+        *,
+        on_unreachable: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_unreachable`` is called when a connection to the guest cannot be opened (its
+        sandbox stopped, or the guest died): the owner checks the sandbox's state then."""
         self.socket_path = os.fspath(socket_path)
+        self._on_unreachable = on_unreachable
+
+    async def _open(self, request: dict[str, Any]) -> _Connection:
+        try:
+            return await _Connection.open(self.socket_path, request)
+        except GuestUnavailable:
+            if self._on_unreachable is not None:
+                self._on_unreachable()
+            raise
 
     # ---- health and environment
 
     async def ping(self, *, timeout_s: float = UNARY_TIMEOUT_S) -> dict[str, Any]:
         """``{"ok": true, "version": 1, "pid": N}``; the readiness check."""
-        return await _unary(self.socket_path, {"op": "ping"}, timeout_s)
+        return await _unary(self._open({"op": "ping"}), timeout_s)
 
     async def envs(self) -> dict[str, str]:
         """The sandbox-level environment variables."""
-        return dict((await _unary(self.socket_path, {"op": "envs"}))["envs"])
+        return dict((await _unary(self._open({"op": "envs"})))["envs"])
 
     async def configure(self, envs: dict[str, str]) -> None:
         """Replaces the sandbox-level environment (a claimed warm sandbox gets its own)."""
-        await _unary(self.socket_path, {"op": "configure", "envs": dict(envs)})
+        await _unary(self._open({"op": "configure", "envs": dict(envs)}))
 
     # ---- processes
 
@@ -518,7 +534,7 @@ class GuestClient:
         return await self._process_stream({"op": "connect", **_selector(pid, tag)})
 
     async def _process_stream(self, request: dict[str, Any]) -> ProcessStream:
-        conn = await _Connection.open(self.socket_path, request)
+        conn = await self._open(request)
         try:
             first = await conn.read_reply()
             if first.get("ev") != "start":
@@ -529,7 +545,7 @@ class GuestClient:
             raise
 
     async def list_processes(self) -> list[ProcessInfo]:
-        reply = await _unary(self.socket_path, {"op": "list"})
+        reply = await _unary(self._open({"op": "list"}))
         return [
             ProcessInfo(
                 pid=p["pid"],
@@ -545,7 +561,7 @@ class GuestClient:
 
     async def signal(self, sig: int, *, pid: int | None = None, tag: str | None = None) -> None:
         """Sends ``sig`` to the process's whole group; ``not_found`` if it is not running."""
-        await _unary(self.socket_path, {"op": "signal", "signal": int(sig), **_selector(pid, tag)})
+        await _unary(self._open({"op": "signal", "signal": int(sig), **_selector(pid, tag)}))
 
     async def send_input(
         self, data: bytes, *, pid: int | None = None, tag: str | None = None, pty: bool = False
@@ -558,22 +574,21 @@ class GuestClient:
             "pty": pty,
             **_selector(pid, tag),
         }
-        await _unary(self.socket_path, request, None)
+        await _unary(self._open(request), None)
 
     async def close_stdin(self, *, pid: int | None = None, tag: str | None = None) -> None:
-        await _unary(self.socket_path, {"op": "close_stdin", **_selector(pid, tag)})
+        await _unary(self._open({"op": "close_stdin", **_selector(pid, tag)}))
 
     async def resize(
         self, cols: int, rows: int, *, pid: int | None = None, tag: str | None = None
     ) -> None:
-        await _unary(
-            self.socket_path, {"op": "resize", "cols": cols, "rows": rows, **_selector(pid, tag)}
-        )
+        request = {"op": "resize", "cols": cols, "rows": rows, **_selector(pid, tag)}
+        await _unary(self._open(request))
 
     # ---- files
 
     async def stat(self, path: str, *, user: str | None = None) -> EntryInfo:
-        reply = await _unary(self.socket_path, _with_user({"op": "stat", "path": path}, user))
+        reply = await _unary(self._open(_with_user({"op": "stat", "path": path}, user)))
         return EntryInfo.from_json(reply["entry"])
 
     async def list_dir(
@@ -581,7 +596,7 @@ class GuestClient:
     ) -> list[EntryInfo]:
         """Entries under ``path`` in lexical pre-order, up to ``depth`` levels, root excluded."""
         request = _with_user({"op": "list_dir", "path": path, "depth": depth}, user)
-        conn = await _Connection.open(self.socket_path, request)
+        conn = await self._open(request)
         entries: list[EntryInfo] = []
         try:
             while True:
@@ -594,18 +609,18 @@ class GuestClient:
 
     async def make_dir(self, path: str, *, user: str | None = None) -> EntryInfo:
         """Creates ``path`` and its parents; ``already_exists`` if it is already a directory."""
-        reply = await _unary(self.socket_path, _with_user({"op": "make_dir", "path": path}, user))
+        reply = await _unary(self._open(_with_user({"op": "make_dir", "path": path}, user)))
         return EntryInfo.from_json(reply["entry"])
 
     async def move(self, source: str, destination: str, *, user: str | None = None) -> EntryInfo:
         request = {"op": "move", "source": source, "destination": destination}
-        reply = await _unary(self.socket_path, _with_user(request, user))
+        reply = await _unary(self._open(_with_user(request, user)))
         return EntryInfo.from_json(reply["entry"])
 
     async def remove(self, path: str, *, user: str | None = None) -> None:
         """Removes a file or a whole tree; a missing path is not an error."""
         request = _with_user({"op": "remove", "path": path}, user)
-        await _unary(self.socket_path, request, _REMOVE_TIMEOUT_S)
+        await _unary(self._open(request), _REMOVE_TIMEOUT_S)
 
     async def read_file(
         self,
@@ -620,7 +635,7 @@ class GuestClient:
         request: dict[str, Any] = {"op": "read_file", "path": path, "offset": offset}
         if length is not None:
             request["length"] = length
-        conn = await _Connection.open(self.socket_path, _with_user(request, user))
+        conn = await self._open(_with_user(request, user))
         try:
             return FileReader(conn, await conn.read_reply())
         except BaseException:
@@ -640,7 +655,7 @@ class GuestClient:
         the target is left untouched. Out of space is ``resource_exhausted`` with reason
         ``disk_full``."""
         request = _with_user({"op": "write_file", "path": path, "metadata": metadata or {}}, user)
-        conn = await _Connection.open(self.socket_path, request)
+        conn = await self._open(request)
         # The guest answers before EOF only to refuse the upload: stop sending when it does.
         reply = asyncio.ensure_future(conn.read_reply())
         try:
@@ -670,14 +685,14 @@ class GuestClient:
         ``invalid_argument``, out of space: ``resource_exhausted`` with reason ``disk_full``)
         are raised by the upload's methods."""
         request = _with_user({"op": "write_files", "metadata": metadata or {}}, user)
-        return FileUpload(await _Connection.open(self.socket_path, request))
+        return FileUpload(await self._open(request))
 
     async def watch(
         self, path: str, *, recursive: bool = False, user: str | None = None
     ) -> WatchStream:
         """Returns once the watch is in place; events that happen after that are delivered."""
         request = _with_user({"op": "watch", "path": path, "recursive": recursive}, user)
-        conn = await _Connection.open(self.socket_path, request)
+        conn = await self._open(request)
         try:
             await conn.read_reply()
         except BaseException:
@@ -690,7 +705,7 @@ class GuestClient:
     async def tunnel(self, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A raw byte stream to ``127.0.0.1:port`` inside the sandbox; ``unavailable`` if
         nothing listens there. Close the writer to end the tunnel."""
-        conn = await _Connection.open(self.socket_path, {"op": "tunnel", "port": port})
+        conn = await self._open({"op": "tunnel", "port": port})
         try:
             await conn.read_reply()
         except BaseException:

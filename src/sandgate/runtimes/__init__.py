@@ -1,6 +1,6 @@
 """Sandbox backends behind one protocol."""
 
-from sandgate.runtimes._rootfs import by_name_dir
+from sandgate.runtimes._rootfs import by_name_dir, resolve_rootfs
 from sandgate.runtimes.base import (
     GUEST_DIR_IN_SANDBOX,
     Runtime,
@@ -17,5 +17,6 @@ __all__ = [
     "RuntimeState",
     "SandboxSpec",
     "by_name_dir",
+    "resolve_rootfs",
     "sandbox_seeds",
 ]

@@ -53,6 +53,11 @@ _ID_LENGTH = 25
 _READY_TIMEOUT_S = 30.0
 _SERVICE_READY_TIMEOUT_S = 60.0
 _REAP_INTERVAL_S = 1.0
+#: How often running sandboxes are checked against the runtime (a safety net: a failed
+#: connection to a guest triggers the same check at once), and how old a sandbox must be to be
+#: checked (one created during the runtime's listing is not yet in it).
+_SWEEP_INTERVAL_S = 10.0
+_SWEEP_GRACE_S = 5.0
 #: Characters of a command line kept in its audit record (the rest is only hashed).
 _PREVIEW = 200
 
@@ -123,6 +128,7 @@ class SandboxService:
         self._pool: dict[str, list[_Warm]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._filling: dict[str, asyncio.Task[None]] = {}
+        self._suspects: dict[str, asyncio.Task[None]] = {}
 
     @property
     def runtime(self) -> Runtime:
@@ -538,9 +544,14 @@ class SandboxService:
         return reaped
 
     async def _reap_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        swept = loop.time()
         while True:
             try:
                 await self.reap_expired()
+                if loop.time() - swept >= _SWEEP_INTERVAL_S:
+                    swept = loop.time()
+                    await self.sweep_exited()
             except SandgateError as exc:
                 log.warning("reaper.failed", error=exc.message)
             await asyncio.sleep(_REAP_INTERVAL_S)
@@ -592,7 +603,49 @@ class SandboxService:
             await hook.detach(sandbox_id)
 
     def _guest(self, sandbox_id: str) -> GuestClient:
-        return GuestClient(self._root / sandbox_id / "guest.sock")
+        return GuestClient(
+            self._root / sandbox_id / "guest.sock",
+            on_unreachable=lambda: self._suspect(sandbox_id),
+        )
+
+    def _suspect(self, sandbox_id: str) -> None:
+        """A connection to the guest could not be opened: check (once at a time) whether the
+        sandbox still exists, so its state stays truthful."""
+        if sandbox_id in self._suspects:
+            return
+        task = asyncio.create_task(self._check_exited(sandbox_id), name=f"check-{sandbox_id}")
+        self._suspects[sandbox_id] = task
+        task.add_done_callback(lambda _: self._suspects.pop(sandbox_id, None))
+
+    async def _check_exited(self, sandbox_id: str) -> None:
+        row = self._store.sandbox(sandbox_id)
+        if row is None or row.state != SandboxState.RUNNING.value:
+            return
+        try:
+            pid = await self._runtime.pid(sandbox_id)
+        except SandgateError:
+            return  # the runtime is unreachable: nothing can be said about the sandbox
+        if pid is None and not await self._guest_alive(sandbox_id):
+            try:
+                await self._terminate(
+                    sandbox_id, reason="its sandbox stopped on its own (the guest exited)"
+                )
+            except SandgateError as exc:  # killed meanwhile by someone else: nothing to do
+                log.info("sandbox.exit_check_skipped", sandbox=sandbox_id, error=exc.message)
+
+    async def sweep_exited(self) -> None:
+        """Removes running sandboxes whose runtime sandbox is gone (a guest killed by the
+        kernel, say): the store says ``running`` only while the sandbox exists."""
+        found = {s.sandbox_id: s.state for s in await self._runtime.list()}
+        settled = datetime.now(UTC) - timedelta(seconds=_SWEEP_GRACE_S)
+        for row in self._store.live_sandboxes():
+            if (
+                row.state == SandboxState.RUNNING.value
+                and row.runtime == self._runtime.name
+                and row.started_at < settled
+                and found.get(row.id, RuntimeState.GONE) is RuntimeState.GONE
+            ):
+                await self._check_exited(row.id)
 
     async def _wait_ready(self, sandbox_id: str) -> None:
         """Waits until the guest answers a ping. The runtime bound the guest's listening
