@@ -351,6 +351,8 @@ def _host_staging(pid: int, own: Path) -> list[str]:
             regular = stat.S_ISREG(os.stat(f"/proc/{pid}/fd/{fd}").st_mode)
         except OSError:
             continue  # closed meanwhile
+        if not target.startswith("/"):
+            continue  # not a file system path: a namespace (idmapped mounts), a pipe, a socket
         if regular and (target.endswith("(deleted)") or not target.startswith(f"{own}/")):
             found.append(target)
     return found
