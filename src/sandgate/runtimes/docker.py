@@ -98,6 +98,9 @@ class DockerRuntime:
         self._state_root = state_dir
         self._rootfs_dir = rootfs_dir
         self._shim_ready = False
+        #: Sandboxes between staging and their container's start: ``list`` must not take
+        #: their stages for orphans.
+        self._creating: set[str] = set()
 
     async def ping(self) -> str:
         version: dict[str, Any] = await self._call(lambda c: c.version())
@@ -117,20 +120,24 @@ class DockerRuntime:
             )
         await self._ensure_shim()
         state_dir = self._state_root / spec.sandbox_id
-        stage = await asyncio.to_thread(self._prepare, spec, state_dir)
-        kwargs = self._run_arguments(spec, stage)
+        self._creating.add(spec.sandbox_id)
         try:
-            container = await self._call(lambda c: c.containers.run(**kwargs))
-            pid = await self.pid(spec.sandbox_id)
-            await asyncio.to_thread(self._check_identity, spec.sandbox_id, pid)
-        except docker.errors.APIError as exc:
-            await self.kill(spec.sandbox_id)
-            raise RuntimeUnavailable(
-                f"Docker could not start the sandbox: {exc.explanation}"
-            ) from None
-        except BaseException:
-            await self.kill(spec.sandbox_id)
-            raise
+            stage = await asyncio.to_thread(self._prepare, spec, state_dir)
+            kwargs = self._run_arguments(spec, stage)
+            try:
+                container = await self._call(lambda c: c.containers.run(**kwargs))
+                pid = await self.pid(spec.sandbox_id)
+                await asyncio.to_thread(self._check_identity, spec.sandbox_id, pid)
+            except docker.errors.APIError as exc:
+                await self.kill(spec.sandbox_id)
+                raise RuntimeUnavailable(
+                    f"Docker could not start the sandbox: {exc.explanation}"
+                ) from None
+            except BaseException:
+                await self.kill(spec.sandbox_id)
+                raise
+        finally:
+            self._creating.discard(spec.sandbox_id)
         return str(container.id)
 
     def _prepare(self, spec: SandboxSpec, state_dir: Path) -> Path:
@@ -208,6 +215,8 @@ class DockerRuntime:
             result: list[dict[str, Any]] = client.api.containers(all=True, filters=filters)
             return result
 
+        # Taken before the listing: a create that ends meanwhile has its container listed.
+        creating = set(self._creating)
         found = []
         for row in await self._call(listing):
             state = {"running": RuntimeState.RUNNING, "paused": RuntimeState.PAUSED}.get(
@@ -216,7 +225,7 @@ class DockerRuntime:
             labels = row.get("Labels") or {}
             found.append(RuntimeSandbox(labels.get(_LABEL_SANDBOX, ""), row["Id"], state))
         # Stages (and uid slots) of this instance whose containers went away while we were down.
-        known = {sandbox.sandbox_id for sandbox in found}
+        known = {sandbox.sandbox_id for sandbox in found} | creating
         for sandbox_id in list(staged()):
             info = read_info(sandbox_id)
             mine = info.get("instance") == self._instance_id and info.get("runtime") == "docker"
