@@ -429,17 +429,17 @@ async def _run(listener: socket.socket, config: GuestConfig) -> None:
 
 
 def _harden_self() -> None:
-    """SECURITY: PR_SET_DUMPABLE 0: /proc/<guest>/mem and friends then need CAP_SYS_PTRACE in
-    the sandbox's user namespace, which nothing inside has; the workers it forks inherit it.
-    The ambient capability set is emptied (bubblewrap fills it for ``--cap-add``): the guest's
-    capabilities are its permitted set, and a user's process never inherits any."""
+    """SECURITY: makes the guest not dumpable, so /proc/<guest>/mem, environ and fd need
+    CAP_SYS_PTRACE in the sandbox's user namespace, which nothing inside has; the workers it
+    forks inherit it. The kernel clears ``dumpable`` whenever a process's effective ids change;
+    switching the effective gid away and back does that without ``prctl`` (ctypes would cost
+    every sandbox's start its import)."""
+    if os.getegid() != 0:
+        return  # not the sandbox's root (a local run): nothing to protect, nothing to switch
     try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None).prctl
-        prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
-        prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
-    except (ImportError, OSError, AttributeError) as exc:
+        os.setegid(1)
+        os.setegid(0)
+    except OSError as exc:
         log("harden_failed", error=str(exc))
 
 

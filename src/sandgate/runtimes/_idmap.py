@@ -8,9 +8,12 @@ by ``nobody`` and sandbox root could change nothing. An *idmapped* bind mount of
 layer since 5.19) shows host id ``k`` as ``base + k``: the sandbox's root owns ``/usr`` the way
 root owns it in the image, while the tree on disk never changes.
 
-The mapping is given by a user namespace; one per uid slot is made once (a short-lived
-``unshare --user`` helper whose maps the gateway writes) and kept open for the life of the
-process, since a slot's mapping never changes.
+The mapping is given by a user namespace: one per uid slot, made once and kept open for the
+life of the process (a slot's mapping never changes). It is created *as the slot's first host
+uid* (so that uid owns it, and per-user kernel counts of anything in it are charged there, not
+to root), its maps are written by the gateway, and nested user namespaces are locked inside it
+(``user.max_user_namespaces=0``). Docker sandboxes of the slot run in this same namespace
+(``slot_userns``; Sandgate's OCI shim has runc join it); bubblewrap makes its own, alike.
 
 Trust: root (the gateway) makes these mounts on the host; the sandbox never sees the
 namespace fds and cannot remount anything (no ``CAP_SYS_ADMIN`` over the host's mounts).
@@ -28,7 +31,13 @@ from pathlib import Path
 
 from sandgate.errors import RuntimeUnavailable
 
-__all__ = ["MOUNT_ATTR_NODEV", "MOUNT_ATTR_NOSUID", "MOUNT_ATTR_RDONLY", "idmapped_bind"]
+__all__ = [
+    "MOUNT_ATTR_NODEV",
+    "MOUNT_ATTR_NOSUID",
+    "MOUNT_ATTR_RDONLY",
+    "idmapped_bind",
+    "slot_userns",
+]
 
 _libc = ctypes.CDLL(None, use_errno=True)
 # The new mount API's syscall numbers are the same on every architecture (asm-generic).
@@ -52,7 +61,7 @@ _lock = threading.Lock()
 def idmapped_bind(source: Path, target: Path, base: int, size: int, attrs: int = 0) -> None:
     """Mounts ``source`` at ``target`` (an existing directory) with host ids ``0..size-1``
     shown as ``base..base+size-1``, plus ``attrs`` (``MOUNT_ATTR_*``)."""
-    userns = _userns(base, size)
+    userns = slot_userns(base, size)
     tree = _libc.syscall(
         _SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(source), _OPEN_TREE_CLONE | os.O_CLOEXEC
     )
@@ -83,8 +92,9 @@ def _fail(what: str, path: Path) -> None:
     raise RuntimeUnavailable(f"{what} on {path} failed: {os.strerror(error)}{hint}")
 
 
-def _userns(base: int, size: int) -> int:
-    """An fd of a user namespace mapping ``0..size-1`` to ``base..``; made once per range."""
+def slot_userns(base: int, size: int) -> int:
+    """An fd of the user namespace owned by host uid ``base`` that maps ``0..size-1`` to
+    ``base..``, with nested user namespaces locked; made once per range."""
     with _lock:
         fd = _namespaces.get(base)
         if fd is None:
@@ -94,12 +104,32 @@ def _userns(base: int, size: int) -> int:
 
 
 def _make_userns(base: int, size: int) -> int:
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        raise RuntimeUnavailable("idmapped mounts need unshare(1): apt-get install util-linux")
-    # The helper says "ready" once it is in its new namespace, then waits for stdin to close.
+    tools = {name: shutil.which(name) for name in ("setpriv", "unshare")}
+    if None in tools.values():
+        raise RuntimeUnavailable(
+            "user namespaces need setpriv and unshare: apt-get install util-linux"
+        )
+    # As ``base`` (no privilege, no groups) the helper makes the namespace and says "ready".
+    # Once the maps are written it execs again: a process gets its capabilities in a user
+    # namespace at exec, and only now is it that namespace's root; it locks nested namespaces.
+    script = (
+        "echo ready; read go; exec /bin/sh -c "
+        "'echo 0 > /proc/sys/user/max_user_namespaces || exit 1; echo locked; exec cat >/dev/null'"
+    )
     helper = subprocess.Popen(
-        [unshare, "--user", "--", "/bin/sh", "-c", "echo ready; exec cat >/dev/null"],
+        [
+            str(tools["setpriv"]),
+            f"--reuid={base}",
+            f"--regid={base}",
+            "--clear-groups",
+            "--",
+            str(tools["unshare"]),
+            "--user",
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -109,14 +139,15 @@ def _make_userns(base: int, size: int) -> int:
     try:
         assert helper.stdout is not None and helper.stdin is not None
         if helper.stdout.readline() != b"ready\n":
-            raise RuntimeUnavailable(
-                "cannot create a user namespace for idmapped mounts: "
-                + (helper.stderr.read() if helper.stderr else b"").decode(errors="replace")[:200]
-            )
+            raise RuntimeUnavailable(_helper_failed(helper))
         mapping = f"0 {base} {size}\n"
         for name in ("uid_map", "gid_map"):
             with open(f"/proc/{helper.pid}/{name}", "w") as file:
                 file.write(mapping)
+        helper.stdin.write(b"go\n")
+        helper.stdin.flush()
+        if helper.stdout.readline() != b"locked\n":
+            raise RuntimeUnavailable(_helper_failed(helper))
         return os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         if helper.stdin is not None:
@@ -129,3 +160,9 @@ def _make_userns(base: int, size: int) -> int:
         for stream in (helper.stdout, helper.stderr):
             if stream is not None:
                 stream.close()
+
+
+def _helper_failed(helper: subprocess.Popen[bytes]) -> str:
+    helper.kill()
+    why = (helper.stderr.read() if helper.stderr else b"").decode(errors="replace")[:200]
+    return f"cannot create the sandbox's user namespace: {why.strip() or 'the helper failed'}"

@@ -12,6 +12,7 @@ sandbox's root uid, which bubblewrap runs as)::
     root/    overlay(lower, upper): the sandbox's "/", writable, nosuid, nodev
     pts/     a devpts instance of its own, capped at limits.max_ptys (RES-14)
     run/     the sandbox's host directory (guest code, sockets, tool stubs), read-only
+    userns   (Docker) the slot's user namespace, bind-mounted for runc to join
     stage.json  who owns this stage, for the runtimes and Sandgate's OCI runtime shim
 
 What this buys: any path is writable by the sandbox's root, and by its users where the image
@@ -44,6 +45,7 @@ from sandgate.runtimes._idmap import (
     MOUNT_ATTR_NOSUID,
     MOUNT_ATTR_RDONLY,
     idmapped_bind,
+    slot_userns,
 )
 from sandgate.runtimes._uids import RUNTIME_DIR, UIDS_PER_SANDBOX
 
@@ -53,8 +55,8 @@ STAGE_DIR = RUNTIME_DIR / "stage"
 #: Inodes per MiB of the sandbox's disk: one per 16 KiB, ext4's default ratio.
 INODES_PER_MB = 64
 _STAGE_FILE = "stage.json"
-#: Mount points, in the order they are unmounted.
-_MOUNTS = ("root", "lower", "pts", "run", "disk")
+#: Mount points, in the order they are unmounted (``userns`` is a file).
+_MOUNTS = ("root", "lower", "pts", "run", "disk", "userns")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _MS_RDONLY = 1
@@ -119,10 +121,12 @@ def stage_sandbox(
     max_ptys: int,
     seeds: tuple[Seed, ...] = (),
     info: Mapping[str, Any] | None = None,
+    userns: bool = False,
 ) -> Stage:
     """Builds the stage for ``sandbox_id`` (uid range starting at host uid ``base``) from the
     template tree ``tree``; on failure nothing is left mounted. ``info`` is recorded in
-    ``stage.json`` next to the paths."""
+    ``stage.json`` next to the paths; ``userns`` also binds the slot's user namespace at
+    ``<stage>/userns`` (for runtimes that join one instead of making it)."""
     STAGE_DIR.mkdir(parents=True, exist_ok=True)
     for path in (RUNTIME_DIR, STAGE_DIR):
         path.chmod(0o711)
@@ -143,8 +147,16 @@ def stage_sandbox(
                 "tree": str(tree),
                 "host_dir": str(host_dir),
                 "root": str(stage.root),
+                "userns": str(stage.path / "userns") if userns else None,
             },
         )
+        if userns:
+            target = stage.path / "userns"
+            target.touch(mode=0o600)
+            fd = slot_userns(base, UIDS_PER_SANDBOX)
+            source = f"/proc/self/fd/{fd}".encode()
+            if _libc.mount(source, os.fsencode(target), None, _MS_BIND, None) != 0:
+                _raise("bind of the user namespace", target)
         lower = stage.path / "lower"
         lower.mkdir()
         idmapped_bind(
@@ -185,10 +197,13 @@ def unstage(sandbox_id: str) -> None:
     path = STAGE_DIR / sandbox_id
     for name in _MOUNTS:
         target = path / name
-        if target.is_dir():
+        if os.path.lexists(target):
             _libc.umount2(os.fsencode(target), _MNT_DETACH)
             with contextlib.suppress(OSError):
-                target.rmdir()
+                if target.is_dir():
+                    target.rmdir()
+                else:
+                    target.unlink()
     with contextlib.suppress(FileNotFoundError):
         (path / _STAGE_FILE).unlink()
     with contextlib.suppress(OSError):

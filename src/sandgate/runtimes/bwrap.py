@@ -231,8 +231,7 @@ class BwrapRuntime:
         )
         fds: list[int] = []
         try:
-            listener = bind_listener(spec.host_dir / GUEST_SOCKET)
-            listen_fd = listener.detach()
+            listen_fd = bind_listener(str(spec.host_dir / GUEST_SOCKET))
             os.set_inheritable(listen_fd, True)
             fds.append(listen_fd)
             info_r, info_w = os.pipe()

@@ -160,6 +160,7 @@ class DockerRuntime:
                 max_ptys=spec.max_ptys,
                 seeds=spec.seeds,
                 info={"instance": self._instance_id, "runtime": "docker", "slot": slot},
+                userns=True,
             )
         except BaseException:
             self._cleanup(spec.sandbox_id)

@@ -12,11 +12,11 @@ executable is a two-line shell script that passes every call straight to ``runc`
    stage directory (``/run/sandgate-rt/stage/<id>/run``) whose ``stage.json`` names that id and
    the sandbox's uid range. Anything else is refused: this runtime never runs a container
    weaker or differently than asked.
-2. A helper process, running as the range's first host uid, creates the sandbox's user
-   namespace; the shim (root) writes its uid and gid maps (``0 <base> 65536``) and the helper
-   sets ``user.max_user_namespaces=0`` inside it. The namespace's owner is thus the sandbox's
-   own host uid, not root: per-user kernel counts (inotify, ...) charged to the owner are the
-   sandbox's own, as under bubblewrap.
+2. The sandbox joins the user namespace of its uid slot, which the gateway made as the range's
+   first host uid (its maps ``0 <base> 65536``, nested namespaces locked: ``_idmap``) and
+   bind-mounted into the stage: the namespace's owner is the sandbox's own host uid, not root,
+   so per-user kernel counts (inotify, ...) charged to the owner are the sandbox's own, as
+   under bubblewrap.
 3. ``config.json`` is rewritten: join that user namespace; the root is the staged overlay,
    writable; Docker's ``/etc/hosts``, ``/etc/hostname`` and ``/etc/resolv.conf`` bind mounts of
    host files are dropped (the stage seeded the layer with its own); the
@@ -27,7 +27,7 @@ executable is a two-line shell script that passes every call straight to ``runc`
 4. The guest's listening socket is bound on the host at ``<host dir>/guest.sock`` (mode 0600,
    root: only the gateway can connect) and passed to the container as fd 3
    (``--preserve-fds 1``); the sandbox's view of its host directory stays read-only.
-5. ``runc create`` runs; its exit status is the shim's.
+5. The shim becomes ``runc create`` (``exec``): its exit status is runc's.
 
 Trust: the shim runs as root, called by containerd with a bundle the engine wrote from
 Sandgate's request; the stage it reads is root-only. It trusts nothing inside the container.
@@ -35,23 +35,23 @@ Sandgate's request; the stage it reads is root-only. It trusts nothing inside th
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
+# Start-up time is part of every Docker sandbox's create: only cheap modules here (no
+# subprocess, pathlib or socket.py; ``_socket`` is the C module behind socket.py).
+import _socket
 import json
 import os
 import resource
-import socket
-import subprocess
 import sys
-from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # typing costs ~10 ms to import; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 __all__ = ["STAGE_DIR", "apply_rlimits", "bind_listener", "main", "patch_config"]
 
-STAGE_DIR = Path("/run/sandgate-rt/stage")
+STAGE_DIR = "/run/sandgate-rt/stage"
 GUEST_DIR = "/run/sandgate"
 LISTEN_FD = 3
-_CLONE_NEWUSER = 0x10000000
 #: runc's global flags that take a value (the subcommand follows them).
 _VALUE_FLAGS = frozenset({"--root", "--log", "--log-format", "--criu", "--rootless"})
 _DOCKER_FILES = frozenset({"/etc/hosts", "/etc/hostname", "/etc/resolv.conf"})
@@ -62,19 +62,22 @@ class ShimError(Exception):
     """A refusal: printed to stderr (the engine shows it to the caller) with exit status 1."""
 
 
-def bind_listener(path: Path) -> socket.socket:
-    """A listening Unix socket at ``path`` that only root can connect to (mode 0600)."""
-    with contextlib.suppress(FileNotFoundError):
+def bind_listener(path: str) -> int:
+    """The fd (not inheritable) of a listening Unix socket at ``path`` that only root can
+    connect to (mode 0600)."""
+    try:  # noqa: SIM105 - contextlib would cost every create its import
         os.unlink(path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except FileNotFoundError:
+        pass
+    listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:
-        listener.bind(os.fspath(path))
+        listener.bind(path)
     finally:
         os.umask(old)
     os.chmod(path, 0o600)
     listener.listen(256)
-    return listener
+    return int(listener.detach())
 
 
 def subcommand(args: list[str]) -> tuple[int, str] | None:
@@ -137,91 +140,30 @@ def apply_rlimits(config: dict[str, Any]) -> None:
         resource.setrlimit(number, (int(limit["soft"]), int(limit["hard"])))
 
 
-def _stage_of(config: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+def _stage_of(config: dict[str, Any]) -> dict[str, Any]:
     for mount in config.get("mounts") or []:
         if mount.get("destination") != GUEST_DIR:
             continue
-        source = Path(str(mount.get("source", "")))
-        stage = source.parent
-        if source.name != "run" or stage.parent != STAGE_DIR:
+        stage, name = os.path.split(str(mount.get("source", "")))
+        parent, sandbox_id = os.path.split(stage)
+        if name != "run" or parent != STAGE_DIR:
             break
         try:
-            info = json.loads((stage / "stage.json").read_text())
+            with open(os.path.join(stage, "stage.json"), "rb") as file:
+                info = json.loads(file.read())
         except (OSError, ValueError):
-            raise ShimError(f"sandgate runtime: no stage for {stage.name}") from None
-        if not isinstance(info, dict) or info.get("sandbox_id") != stage.name:
-            raise ShimError(f"sandgate runtime: the stage of {stage.name} is inconsistent")
-        return stage, info
+            raise ShimError(f"sandgate runtime: no stage for {sandbox_id}") from None
+        if not isinstance(info, dict) or info.get("sandbox_id") != sandbox_id:
+            raise ShimError(f"sandgate runtime: the stage of {sandbox_id} is inconsistent")
+        return info
     raise ShimError(
         "sandgate runtime: this container is not a Sandgate sandbox (no staged /run/sandgate "
         "mount); use another runtime for it"
     )
 
 
-class _Holder:
-    """A process that creates the sandbox's user namespace as the range's first uid."""
-
-    def __init__(self, base: int, count: int) -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        to_child_r, self._to_child = os.pipe()
-        self._from_child, from_child_w = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:  # pragma: no cover - runs in the child
-            status = 1
-            try:
-                os.close(self._to_child)
-                os.close(self._from_child)
-                os.setgroups([])
-                os.setresgid(base, base, base)
-                os.setresuid(base, base, base)
-                if libc.unshare(_CLONE_NEWUSER) != 0:
-                    raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
-                os.write(from_child_w, b"u")
-                if os.read(to_child_r, 1) != b"m":
-                    os._exit(1)
-                # SECURITY: no nested user namespaces (ESC-05); seccomp refuses them too.
-                with open("/proc/sys/user/max_user_namespaces", "w") as file:
-                    file.write("0")
-                os.write(from_child_w, b"s")
-                os.read(to_child_r, 1)  # until the shim is done
-                status = 0
-            except BaseException as exc:
-                with contextlib.suppress(OSError):
-                    os.write(2, f"sandgate runtime: user namespace helper: {exc}\n".encode())
-            finally:
-                os._exit(status)
-        os.close(to_child_r)
-        os.close(from_child_w)
-        try:
-            self._expect(b"u")
-            mapping = f"0 {base} {count}\n"
-            for name in ("uid_map", "gid_map"):
-                with open(f"/proc/{self.pid}/{name}", "w") as file:
-                    file.write(mapping)
-            os.write(self._to_child, b"m")
-            self._expect(b"s")
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def userns_path(self) -> str:
-        return f"/proc/{self.pid}/ns/user"
-
-    def _expect(self, token: bytes) -> None:
-        if os.read(self._from_child, 1) != token:
-            raise ShimError("sandgate runtime: the user namespace helper failed")
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._to_child)
-        with contextlib.suppress(OSError):
-            os.close(self._from_child)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)
-
-
-def _create(runc: str, args: list[str], index: int) -> int:
+def _create(runc: str, args: list[str], index: int) -> NoReturn:
+    """Prepares the sandbox, then becomes ``runc create`` (raises ``ShimError`` before)."""
     options = args[index + 1 :]
     if any(a == "--preserve-fds" or a.startswith("--preserve-fds=") for a in options):
         raise ShimError("sandgate runtime: --preserve-fds is not supported for sandboxes")
@@ -231,30 +173,29 @@ def _create(runc: str, args: list[str], index: int) -> int:
             bundle = options[position + 1]
         elif arg.startswith("--bundle="):
             bundle = arg.split("=", 1)[1]
-    config_path = Path(bundle) / "config.json"
-    config = json.loads(config_path.read_text())
-    _, info = _stage_of(config)
+    config_path = os.path.join(bundle, "config.json")
+    with open(config_path, "rb") as file:
+        config = json.loads(file.read())
+    info = _stage_of(config)
+    userns = info.get("userns")
+    if not isinstance(userns, str) or not userns.startswith(STAGE_DIR + "/"):
+        raise ShimError("sandgate runtime: the stage has no user namespace for the sandbox")
+    patched = patch_config(config, info=info, userns_path=userns)
+    apply_rlimits(config)
+    temp = os.path.join(bundle, ".config.json.sandgate")
+    with open(temp, "w") as file:
+        file.write(json.dumps(patched))
+    os.replace(temp, config_path)
     # fd 3 must be free for the listener: hold it with /dev/null until then.
     placeholder = os.open(os.devnull, os.O_RDONLY)
     if placeholder != LISTEN_FD:
         os.dup2(placeholder, LISTEN_FD, inheritable=False)
         os.close(placeholder)
-    holder = _Holder(int(info["uid_base"]), int(info["uid_count"]))
-    try:
-        patched = patch_config(config, info=info, userns_path=holder.userns_path)
-        apply_rlimits(config)
-        temp = config_path.with_name(".config.json.sandgate")
-        temp.write_text(json.dumps(patched))
-        temp.replace(config_path)
-        listener = bind_listener(Path(str(info["host_dir"])) / "guest.sock")
-        os.dup2(listener.fileno(), LISTEN_FD, inheritable=True)
-        listener.close()
-        command = [runc, *args[: index + 1], "--preserve-fds", "1", *options]
-        return subprocess.call(command, pass_fds=(LISTEN_FD,))
-    finally:
-        holder.close()
-        with contextlib.suppress(OSError):
-            os.close(LISTEN_FD)
+    listener = bind_listener(os.path.join(str(info["host_dir"]), "guest.sock"))
+    os.dup2(listener, LISTEN_FD, inheritable=True)
+    os.close(listener)
+    argv = [runc, *args[: index + 1], "--preserve-fds", "1", *options]
+    os.execv(runc, argv)  # noqa: S606 - runc's own arguments, no shell
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -267,14 +208,12 @@ def main(argv: list[str] | None = None) -> None:
     if found is None or found[1] != "create":
         os.execvp(runc, [runc, *argv])  # noqa: S606 - runc's own arguments, no shell
     try:
-        status = _create(runc, argv, found[0])
+        _create(runc, argv, found[0])
     except ShimError as exc:
         print(exc, file=sys.stderr)
-        status = 1
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"sandgate runtime: cannot prepare the sandbox: {exc}", file=sys.stderr)
-        status = 1
-    sys.exit(status)
+    sys.exit(1)
 
 
 if __name__ == "__main__":
