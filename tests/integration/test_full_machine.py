@@ -200,6 +200,22 @@ def test_python_venv_and_pip_without_registries_refused_clearly(
     assert elapsed < 60, f"pip took {elapsed:.0f}s to be refused"
 
 
+def test_apt_get_install_knows_its_packages_and_is_refused_clearly(
+    runtime_server: RunningServer, runtime_sandbox: dict[str, Any]
+) -> None:
+    """The image carries apt's package lists (no `apt-get update` first); with no registry
+    allowed the download is refused by the egress proxy at once, saying how to allow it."""
+    policy = _sh(runtime_server, runtime_sandbox, "apt-cache policy jq | grep -c Candidate")
+    assert policy.stdout.strip() == "1", (policy.stdout, policy.stderr)
+    started = time.monotonic()
+    apt = _sh(
+        runtime_server, runtime_sandbox, "sudo apt-get install -y jq 2>&1", timeout_ms=120_000
+    )
+    assert apt.exit_code != 0
+    assert "403" in apt.stdout and "Sandgate egress" in apt.stdout, apt.stdout[-2000:]
+    assert time.monotonic() - started < 60
+
+
 def test_disk_quota_is_enospc_inside_and_a_neighbour_keeps_writing(
     runtime: str, small_disk_server: RunningServer, small_sandbox: dict[str, Any]
 ) -> None:
