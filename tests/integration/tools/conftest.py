@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -15,6 +16,10 @@ import pytest
 
 from tests.fixtures.server import RunningServer, ServerFactory, free_port
 from tests.framework.envd import CommandResult, create, run
+
+#: The ``sleeper`` tool's sleep, a number no other program on the host is likely to sleep, so
+#: the test can look for its processes alone.
+SLEEP_S = f"30.{os.getpid()}{time.monotonic_ns() % 1000:03d}"
 
 GATEWAY_CONFIG = """
 agents:
@@ -46,7 +51,7 @@ tools:
     secrets: [CANARY]
   - name: sleeper
     kind: exec
-    command: ["/bin/sh", "-c", "sleep 30 & sleep 30"]
+    command: ["/bin/sh", "-c", "sleep {sleep_s} & sleep {sleep_s}"]
     timeout_s: 1
   - name: big
     kind: exec
@@ -135,6 +140,7 @@ def mcp_http_port() -> Iterator[int]:
 def tools_server(sandgate_server_factory: ServerFactory, mcp_http_port: int) -> RunningServer:
     config = (
         GATEWAY_CONFIG.replace("{python}", sys.executable)
+        .replace("{sleep_s}", SLEEP_S)
         .replace("{mcp_server}", str(MCP_SERVER))
         .replace("{mcp_port}", str(mcp_http_port))
     )

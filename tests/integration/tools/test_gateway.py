@@ -19,7 +19,7 @@ import pytest
 
 from tests.fixtures.server import RunningServer
 from tests.framework.envd import CommandResult
-from tests.integration.tools.conftest import CANARY
+from tests.integration.tools.conftest import CANARY, SLEEP_S
 
 pytestmark = pytest.mark.docker
 
@@ -225,7 +225,8 @@ def test_timeout_kills_process_group_and_output_is_truncated(agent_sandbox: Make
     _, run = agent_sandbox("writer")
     slow = run("sleeper")
     assert slow.exit_code == 1 and "tool_timeout" in slow.stderr
-    assert subprocess.run(["pgrep", "-f", "sleep 30"], capture_output=True).returncode == 1
+    # The tool's whole process group is gone (its sleep is a number only this session uses).
+    assert subprocess.run(["pgrep", "-f", f"sleep {SLEEP_S}"], capture_output=True).returncode == 1
     big = run("big | tail -c 60")  # GW-13
     assert "[sandgate: output truncated at 1024 bytes]" in big.stdout
 
