@@ -31,6 +31,7 @@ import socket
 import struct
 from typing import Any
 
+from ._errors import OpError
 from ._log import log
 from ._process import _exec_child, _read_all
 from ._users import lookup_user
@@ -39,6 +40,8 @@ from .protocol import FRAME_HEADER, SUDO_SOCKET, Kind, encode_json
 __all__ = ["SudoServer"]
 
 _MAX_REQUEST = 1024 * 1024
+#: A client that connects and sends no whole request within this time is dropped.
+_REQUEST_TIMEOUT_S = 30.0
 _SECURE_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 _SO_PEERCRED_FORMAT = "3i"
 
@@ -101,7 +104,7 @@ class SudoServer:
                 conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")),
             )
             conn.setblocking(False)
-            request, fds = await self._read_request(conn)
+            request, fds = await asyncio.wait_for(self._read_request(conn), _REQUEST_TIMEOUT_S)
             if not self._enabled:
                 raise _Refused(
                     "sudo is turned off on this Sandgate server (sandbox.sudo: false); "
@@ -109,13 +112,16 @@ class SudoServer:
                 )
             if len(self._running) >= self._max_running:
                 raise _Refused(f"too many sudo commands running (limit {self._max_running})")
-            pid, done = self._spawn(request, fds, uid)
+            try:
+                pid, done = self._spawn(request, fds, uid)
+            except OpError as exc:
+                raise _Refused(f"{request.get('user') or 'root'}: {exc.message}") from None
         except _Refused as exc:
             with contextlib.suppress(OSError):
                 await self._loop.sock_sendall(conn, encode_json({"ok": False, "message": str(exc)}))
             conn.close()
             return
-        except (OSError, ValueError, EOFError) as exc:
+        except (OSError, ValueError, EOFError, TimeoutError) as exc:
             log("sudo_request_failed", error=str(exc))
             conn.close()
             return
