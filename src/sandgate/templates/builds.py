@@ -367,6 +367,10 @@ class BuildService:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def build_row(self, build_id: str) -> TemplateBuild | None:
+        """A build by id, unchecked (for details of a build the caller already reached)."""
+        return self._records.build(build_id)
+
     def logs(self, build_id: str, offset: int, limit: int) -> Sequence[Any]:
         return self._records.logs(build_id, offset, limit)
 
