@@ -96,7 +96,7 @@ class Application:
             max_concurrent=config.templates.max_concurrent_builds,
             max_context_bytes=config.templates.max_context_mib * 1024 * 1024,
             enabled=config.templates.team_builds,
-            registered=lambda template: prepare_template_tree(config, template.image_ref),
+            registered=lambda image_ref: prepare_template_tree(config, image_ref),
         )
         # -- agent runner (issue 7): sessions, runs, /v1/agents and /v1/runs --------------
         self.agents = build_runner(

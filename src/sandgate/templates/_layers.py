@@ -163,9 +163,12 @@ def build_image(
                     )
                 except TemplateBuildError as exc:
                     raise StepFailed(action.step, str(exc)) from None
-            handles[action.key] = backend.run(
-                parent, action.key, action, script, staging, _step_log(log, action.step)
-            )
+            try:
+                handles[action.key] = backend.run(
+                    parent, action.key, action, script, staging, _step_log(log, action.step)
+                )
+            except StepFailed as exc:
+                raise StepFailed(exc.step, f"{label} {what}: {exc}") from None
     top = actions[-1].key
     config = _final_config(plan, state)
     log("info", FINALIZE_STEP, "[finalize] setting the start command, user and environment")

@@ -107,7 +107,7 @@ BackendFactory = Callable[[], LayerBackend]
 class BuildService:
     """Owns team templates, builds, uploads and tags. ``backends`` makes the layer backend
     a build runs on (Docker when its engine answers, else engine-less); ``registered`` is
-    called after a build is ready (e.g. to prepare the template's tree for the runtime)."""
+    called with a new image before its build is reported ready (to prepare its tree)."""
 
     def __init__(
         self,
@@ -119,7 +119,7 @@ class BuildService:
         max_concurrent: int = 2,
         max_context_bytes: int = 1024**3,
         enabled: bool = True,
-        registered: Callable[[Template], None] | None = None,
+        registered: Callable[[str], None] | None = None,
     ) -> None:
         self._records = records
         self._files = ContextStore(home / "templates" / "files")
@@ -392,6 +392,9 @@ class BuildService:
                     files=self._files,
                     log=sink,
                 )
+                if self._registered is not None:
+                    sink("info", FINALIZE_STEP, "[finalize] preparing the root file system")
+                    await asyncio.to_thread(self._prepare, template.id, built.image_ref)
                 sink.flush()
                 self._ready(template, build_id, built)
         except StepFailed as exc:
@@ -430,7 +433,7 @@ class BuildService:
         )
         if build is None:
             return  # the template was deleted meanwhile
-        updated = self._records.update(
+        self._records.update(
             template.id,
             image_ref=built.image_ref,
             image_id=built.image_id,
@@ -450,13 +453,20 @@ class BuildService:
         self._records.assign_tags(
             template.id, build_id, tags, [str(uuid.uuid4()) for _ in tags], now
         )
-        self._records.append_logs(build_id, [(now, "info", FINALIZE_STEP, "Build finished")])
+        self._records.append_logs(
+            build_id, [(now, "info", FINALIZE_STEP, f"Template {template.display_name} is ready")]
+        )
         log.info("template.built", template=template.id, build=build_id, image=built.image_ref)
-        if updated is not None and self._registered is not None:
-            try:
-                self._registered(updated)
-            except Exception as exc:  # preparing the tree early is an optimisation
-                log.warning("template.prepare_failed", template=template.id, error=repr(exc))
+
+    def _prepare(self, template_id: str, image_ref: str) -> None:
+        """Gets the image's tree ready before the build is reported ready, so the first
+        sandbox does not wait for it; a failure only delays that to the first create."""
+        if self._registered is None:
+            return
+        try:
+            self._registered(image_ref)
+        except Exception as exc:  # preparing the tree early is an optimisation
+            log.warning("template.prepare_failed", template=template_id, error=repr(exc))
 
     def _fail(self, build_id: str, reason: str, step: str | None) -> None:
         now = datetime.now(UTC)
