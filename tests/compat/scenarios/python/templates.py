@@ -114,7 +114,7 @@ def scenario(args: list[str]) -> dict[str, Any]:
     finally:
         sbx.kill()
 
-    info2, logs2 = build(template(context, "v2"), name)
+    _, logs2 = build(template(context, "v2"), name)
     out["rebuild_cached"] = [line for line in logs2 if line.startswith("CACHED")]
     out["rebuild_ran"] = [line for line in logs2 if line.startswith("[") and "/" in line]
     by_tag = Sandbox.create(f"{name}:default")
