@@ -37,7 +37,7 @@ from sandgate.runtimes.select import select
 from sandgate.sandboxes import SandboxService
 from sandgate.sandboxes.catalog import ENVD_VERSION
 from sandgate.store import Store, TemplateRecords
-from sandgate.templates import layer_backend, prepare_template_tree
+from sandgate.templates import layer_backend, prepare_template_tree, remove_stale_builds
 from sandgate.templates.builds import BuildService
 from sandgate.tools import ToolGatewayHook, build_gateway
 
@@ -88,15 +88,17 @@ class Application:
             audit=self._audit_sandbox_event,
         )
         # -- team templates (issue 18): the E2B template API and its build jobs -------------
+        instance = instance_id(home)
         self.templates = BuildService(
             TemplateRecords(store),
             home=home,
-            backends=lambda: layer_backend(config),
+            backends=lambda: layer_backend(config, instance),
             envd_version=ENVD_VERSION,
             max_concurrent=config.templates.max_concurrent_builds,
             max_context_bytes=config.templates.max_context_mib * 1024 * 1024,
             enabled=config.templates.team_builds,
             registered=lambda image_ref: prepare_template_tree(config, image_ref),
+            cleanup=lambda: remove_stale_builds(config, instance),
         )
         # -- agent runner (issue 7): sessions, runs, /v1/agents and /v1/runs --------------
         self.agents = build_runner(

@@ -13,7 +13,7 @@ E2B SDKs send (``_plan``), one cached layer per step (``_layers``), on Docker
 """
 
 from ._builder import BuiltTemplate, TemplateBuilder, TemplateState
-from ._engines import layer_backend, prepare_template_tree
+from ._engines import layer_backend, prepare_template_tree, remove_stale_builds
 from ._native import NativeTemplateBuilder
 from ._progress import BuildStep, ProgressCallback, ignore_progress
 from ._rootfs import DEFAULT_MIRROR
@@ -36,4 +36,5 @@ __all__ = [
     "ignore_progress",
     "layer_backend",
     "prepare_template_tree",
+    "remove_stale_builds",
 ]

@@ -36,6 +36,8 @@ from .errors import TemplateBuildError
 __all__ = ["DockerLayers"]
 
 LAYER_REPOSITORY = "sandgate/template-layer"
+#: Names the server (its instance id) whose build a container is running.
+OWNER_LABEL = "sandgate.build.owner"
 BUILD_MEMORY = 4 * 1024**3
 BUILD_PIDS = 4096
 #: Seconds without a byte from the engine after which a pull is given up.
@@ -46,9 +48,20 @@ _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 class DockerLayers:
     engine = "docker"
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, owner: str = "") -> None:
         self._client = client
         self._images = DockerImages(client)
+        self._owner = owner
+
+    def remove_stale(self) -> int:
+        """Removes build containers this owner left behind (a crash mid-step); returns how
+        many. Other servers' build containers on the same engine are left alone."""
+        api = self._client.api
+        found = api.containers(all=True, filters={"label": f"{OWNER_LABEL}={self._owner}"})
+        for container in found:
+            with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
+                api.remove_container(container["Id"], force=True)
+        return len(found)
 
     def start(self, image: str | None, tree_ref: str | None, log: BuildLog) -> tuple[str, str]:
         ref = image or tree_ref
@@ -102,7 +115,7 @@ class DockerLayers:
                 user=action.user,
                 working_dir="/",
                 environment=env,
-                labels={LAYER_KEY_LABEL: key},
+                labels={LAYER_KEY_LABEL: key, OWNER_LABEL: self._owner},
                 host_config=api.create_host_config(
                     mem_limit=BUILD_MEMORY,
                     memswap_limit=BUILD_MEMORY,

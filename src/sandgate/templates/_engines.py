@@ -16,18 +16,26 @@ from ._docker_layers import DockerLayers
 from ._layers import LayerBackend
 from ._native_layers import NativeLayers
 
-__all__ = ["layer_backend", "prepare_template_tree"]
+__all__ = ["layer_backend", "prepare_template_tree", "remove_stale_builds"]
 
 
-def layer_backend(config: Config) -> LayerBackend:
-    """The backend for one build; asks the engine each time (it may come and go)."""
+def layer_backend(config: Config, owner: str = "") -> LayerBackend:
+    """The backend for one build; asks the engine each time (it may come and go). ``owner``
+    (the server's instance id) labels its build containers."""
     base_url = config.runtime.docker.base_url
     try:
         client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
         client.ping()
     except docker.errors.DockerException:
         return NativeLayers(config.rootfs_dir)
-    return DockerLayers(client)
+    return DockerLayers(client, owner)
+
+
+def remove_stale_builds(config: Config, owner: str) -> None:
+    """Removes the build containers a crash of this server left running (Docker only)."""
+    backend = layer_backend(config, owner)
+    if isinstance(backend, DockerLayers):
+        backend.remove_stale()
 
 
 def prepare_template_tree(config: Config, image_ref: str) -> None:

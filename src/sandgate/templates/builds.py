@@ -120,6 +120,7 @@ class BuildService:
         max_context_bytes: int = 1024**3,
         enabled: bool = True,
         registered: Callable[[str], None] | None = None,
+        cleanup: Callable[[], None] | None = None,
     ) -> None:
         self._records = records
         self._files = ContextStore(home / "templates" / "files")
@@ -130,6 +131,7 @@ class BuildService:
         self._max_context = max_context_bytes
         self._enabled = enabled
         self._registered = registered
+        self._cleanup = cleanup
         self._jobs: dict[str, asyncio.Task[None]] = {}
 
     @property
@@ -142,7 +144,13 @@ class BuildService:
         """Marks builds a restart interrupted as failed (their jobs died with the process);
         a build still ``waiting`` for its start call keeps waiting."""
         now = datetime.now(UTC)
-        for build in self._records.builds_in([BuildState.BUILDING.value]):
+        interrupted = self._records.builds_in([BuildState.BUILDING.value])
+        if interrupted and self._cleanup is not None:
+            try:
+                self._cleanup()
+            except Exception as exc:  # the states below matter more than the leftovers
+                log.warning("template.cleanup_failed", error=repr(exc))
+        for build in interrupted:
             reason = (
                 "the Sandgate server restarted while this build ran; start the build again "
                 "(layers it finished are reused)"
