@@ -6,6 +6,7 @@ Builds start from the shipped ``base`` and run one short step, on the default (D
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -58,8 +59,6 @@ def test_a_team_template_is_invisible_to_other_teams(sandgate_server: RunningSer
         "keys", "create", "--name", "other", "--team", "other-team", "--json"
     )
     other_key = [line for line in other.stdout.splitlines() if line.startswith("{")][-1]
-    import json
-
     other_api = _api(sandgate_server, json.loads(other_key)["key"])
     own_api = _api(sandgate_server, sandgate_server.api_key)
     template_id, build_id = _start_build(own_api, "team-only", "echo team-only > /tmp/mark")
@@ -90,7 +89,9 @@ def test_a_build_interrupted_by_a_crash_ends_in_error_with_its_log(
     api = _api(server, server.api_key)
     template_id, build_id = _start_build(api, "crashy", "echo started-step; sleep 600")
     deadline = time.monotonic() + BUILD_TIMEOUT_S
-    while "started-step" not in str(_status(api, template_id, build_id)["logEntries"]):
+    while "started-step" not in [
+        e["message"] for e in _status(api, template_id, build_id)["logEntries"]
+    ]:
         assert time.monotonic() < deadline, "the step never started"
         time.sleep(POLL_S)
     server.restart(hard=True)

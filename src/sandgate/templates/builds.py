@@ -529,26 +529,34 @@ class BuildService:
 
 
 class _LogSink(BuildLog):
-    """Buffers a build's log lines and writes them to the store in batches (thread-safe)."""
+    """Buffers a build's log lines and writes them to the store in batches: at most
+    ``_FLUSH_LINES`` lines or ``_FLUSH_S`` seconds late, so a step's output shows while it
+    runs, even when it then goes quiet (thread-safe)."""
 
     def __init__(self, records: TemplateRecords, build_id: str) -> None:
         self._records = records
         self._build_id = build_id
         self._pending: list[tuple[datetime, str, str | None, str]] = []
         self._lock = threading.Lock()
-        self._last = time.monotonic()
+        self._timer: threading.Timer | None = None
 
     def __call__(self, level: str, step: str | None, message: str) -> None:
         with self._lock:
             self._pending.append((datetime.now(UTC), level, step, message))
-            due = len(self._pending) >= _FLUSH_LINES or time.monotonic() - self._last > _FLUSH_S
-        if due:
+            full = len(self._pending) >= _FLUSH_LINES
+            if not full and self._timer is None:
+                self._timer = threading.Timer(_FLUSH_S, self.flush)
+                self._timer.daemon = True
+                self._timer.start()
+        if full:
             self.flush()
 
     def flush(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, []
-            self._last = time.monotonic()
+            timer, self._timer = self._timer, None
+            if timer is not None:
+                timer.cancel()
             if pending:
                 self._records.append_logs(self._build_id, pending)
 
