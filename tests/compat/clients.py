@@ -73,6 +73,9 @@ CLIENTS: tuple[ClientSpec, ...] = (
     ClientSpec("js-e2b-2.51.0", "js", CLIENTS_DIR / "js" / "e2b-2.51.0"),
 )
 
+#: The E2B CLI (``@e2b/cli``) as an acceptance client; it brings its own ``e2b`` SDK.
+CLI = ClientSpec("js-e2b-cli-2.19.0", "js", CLIENTS_DIR / "js" / "e2b-cli-2.19.0")
+
 #: Agent frameworks as acceptance clients; each lock also pins the e2b (and, where the
 #: framework wants it, e2b-code-interpreter) version the framework resolves to.
 FRAMEWORKS: tuple[ClientSpec, ...] = (
@@ -178,7 +181,7 @@ class PreparedClient:
 
 
 def spec_named(name: str) -> ClientSpec:
-    known = (*CLIENTS, *FRAMEWORKS)
+    known = (*CLIENTS, *FRAMEWORKS, CLI)
     for spec in known:
         if spec.name == name:
             return spec
@@ -208,7 +211,7 @@ def prepare(spec: ClientSpec, cache_root: Path = CACHE_ROOT) -> PreparedClient:
 
 
 def prepare_all(cache_root: Path = CACHE_ROOT) -> list[PreparedClient]:
-    return [prepare(spec, cache_root) for spec in (*CLIENTS, *FRAMEWORKS)]
+    return [prepare(spec, cache_root) for spec in (*CLIENTS, *FRAMEWORKS, CLI)]
 
 
 def _prepare_python(client: PreparedClient) -> None:

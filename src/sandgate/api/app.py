@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandgate.agents import build_runner, skills_hook, with_autonomy
 from sandgate.api.e2b import UploadLimits, build_control_router, build_envd_app
+from sandgate.api.e2b.templates import build_templates_router
 from sandgate.api.errors import e2b_error, e2b_error_response
 from sandgate.api.mcp import MCP_PATH, McpHttp
 from sandgate.api.ports import PortProxy
@@ -34,7 +35,10 @@ from sandgate.runtimes import Runtime
 from sandgate.runtimes.floors import FloorReport
 from sandgate.runtimes.select import select
 from sandgate.sandboxes import SandboxService
-from sandgate.store import Store
+from sandgate.sandboxes.catalog import ENVD_VERSION
+from sandgate.store import Store, TemplateRecords
+from sandgate.templates import layer_backend, prepare_template_tree, remove_stale_builds
+from sandgate.templates.builds import BuildService
 from sandgate.tools import ToolGatewayHook, build_gateway
 
 __all__ = ["Application", "create_app"]
@@ -83,6 +87,19 @@ class Application:
             hooks=[self.gateway_hook, self.skills_hook, self.egress_hook],
             audit=self._audit_sandbox_event,
         )
+        # -- team templates (issue 18): the E2B template API and its build jobs -------------
+        instance = instance_id(home)
+        self.templates = BuildService(
+            TemplateRecords(store),
+            home=home,
+            backends=lambda: layer_backend(config, instance),
+            envd_version=ENVD_VERSION,
+            max_concurrent=config.templates.max_concurrent_builds,
+            max_context_bytes=config.templates.max_context_mib * 1024 * 1024,
+            enabled=config.templates.team_builds,
+            registered=lambda image_ref: prepare_template_tree(config, image_ref),
+            cleanup=lambda: remove_stale_builds(config, instance),
+        )
         # -- agent runner (issue 7): sessions, runs, /v1/agents and /v1/runs --------------
         self.agents = build_runner(
             config, store, self.sandboxes, self.gateway, self.gateway_hook, self.skills_hook
@@ -103,6 +120,16 @@ class Application:
                 reaches_internet=self.egress_hook.reaches_internet,
             )
         )
+        control.include_router(
+            build_templates_router(
+                self.templates,
+                disk_size_mb=config.limits.disk_mib,
+                default_cpu=config.limits.default_cpu_count,
+                default_memory=config.limits.default_memory_mb,
+                max_cpu=config.limits.max_cpu_count,
+                max_memory=config.limits.max_memory_mb,
+            )
+        )
         control.include_router(build_v1_router(self.gateway, store))
         control.include_router(build_agents_router(self.agents, store))  # agent runner
         # -- MCP over streamable HTTP (issue 7): /v1/mcp, same keys; sessions in _lifespan --
@@ -116,7 +143,9 @@ class Application:
             return {"status": "ok", **floor_health(self.floors, self.runtime.name)}
 
         self.asgi: ASGIApp = Router(
-            BodyLimit(StrictJsonBody(control), config.server.max_json_body_bytes),
+            TemplateUploads(
+                BodyLimit(StrictJsonBody(control), config.server.max_json_body_bytes), control
+            ),
             build_envd_app(UploadLimits(config.limits.max_upload_bytes)),
             self.sandboxes,
             ports=PortProxy(),
@@ -128,6 +157,7 @@ class Application:
     @asynccontextmanager
     async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         await self.gateway.registry.load_mcp(self.gateway.secrets)
+        self.templates.recover()
         await self.sandboxes.start()
         await self.agents.start()
         log.info("server.ready", runtime=self.runtime.name)
@@ -136,6 +166,7 @@ class Application:
                 yield
         finally:
             await self.agents.stop()
+            await self.templates.stop()
             await self.sandboxes.stop()
             self.store.close()
 
@@ -283,6 +314,30 @@ class BodyLimit:
             e2b_error(413, f"request body larger than {self._limit} bytes"), status_code=413
         )
         await response({"type": "http"}, _never, send)
+
+
+class TemplateUploads:
+    """Sends ``PUT /templates/<id>/files/<hash>/upload`` (a build-context archive, gzip'ed tar,
+    no content type) straight to the control app: its route streams it to disk under
+    ``templates.max_context_mib``. Everything else goes through the JSON checks (``checked``).
+    """
+
+    def __init__(self, checked: ASGIApp, control: ASGIApp) -> None:
+        self._checked = checked
+        self._control = control
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = str(scope.get("path", ""))
+        if (
+            scope["type"] == "http"
+            and scope.get("method") == "PUT"
+            and path.startswith("/templates/")
+            and path.endswith("/upload")
+            and path.count("/") == 5
+        ):
+            await self._control(scope, receive, send)
+            return
+        await self._checked(scope, receive, send)
 
 
 async def _never() -> Message:

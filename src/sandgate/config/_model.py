@@ -157,6 +157,13 @@ class TemplatesConfig(_Section):
     build_on_start: bool = True
     #: Sandboxes kept started and unclaimed per template, so create is instant.
     warm_pool: dict[str, int] = Field(default_factory=dict)
+    #: Whether teams may build their own templates through the E2B template API (their build
+    #: steps run in the builder's isolation, not behind the sandbox wall: threat-model.md).
+    team_builds: bool = True
+    #: Template builds running at once; more wait (status ``waiting``) in order.
+    max_concurrent_builds: int = Field(2, ge=1, le=64)
+    #: Largest build-context archive one ``COPY`` step may upload.
+    max_context_mib: int = Field(1024, ge=1)
 
 
 class SandboxConfig(_Section):

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import re
 import secrets
 import shutil
 import string
@@ -34,13 +35,14 @@ from sandgate.errors import (
     SandgateError,
     TemplateNotFound,
 )
-from sandgate.guest.client import GuestClient, GuestError, GuestUnavailable
+from sandgate.guest.client import Ended, GuestClient, GuestError, GuestUnavailable, Output
 from sandgate.guest.protocol import EGRESS_PROXY_PORT
 from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec, sandbox_seeds
+from sandgate.sandboxes.catalog import resolve
 from sandgate.sandboxes.hooks import SandboxHook
 from sandgate.sandboxes.publish import publish_file
 from sandgate.sandboxes.state import SandboxState, check_transition
-from sandgate.store import LIVE_STATES, Sandbox, SandboxPage, Store, Template
+from sandgate.store import LIVE_STATES, Sandbox, SandboxPage, Store, Template, TemplateRecords
 
 __all__ = ["CreateRequest", "Route", "SandboxService"]
 
@@ -52,6 +54,9 @@ _ID_ALPHABET = string.ascii_lowercase + string.digits
 _ID_LENGTH = 25
 _READY_TIMEOUT_S = 30.0
 _SERVICE_READY_TIMEOUT_S = 60.0
+#: E2B's ``wait_for_port(p)`` ready command; answered through the guest's port tunnel, so the
+#: image needs no ``ss``.
+_WAIT_FOR_PORT = re.compile(r'\[ -n "\$\(ss -Htuln sport = :([1-9][0-9]{0,4})\)" \]')
 _REAP_INTERVAL_S = 1.0
 #: How often running sandboxes are checked against the runtime (a safety net: a failed
 #: connection to a guest triggers the same check at once), and how old a sandbox must be to be
@@ -160,20 +165,21 @@ class SandboxService:
             self._limits.max_memory_mb,
             "limits.max_memory_mb",
         )
-        template = self._store.template_by_name_or_id(request.template)
+        template = resolve(self._store, principal.team_id, request.template)
         if template is None:
             raise TemplateNotFound(
-                f"template '{request.template}' not found: build it with "
-                f"`sandgate templates build {request.template}` (see `sandgate templates list`)"
+                f"template '{request.template}' not found: build it (E2B `Template.build`, "
+                f"`e2b template create`, or `sandgate templates build` for the shipped ones); "
+                "`e2b template list` shows what your team can use"
             )
         now = datetime.now(UTC)
-        warm = await self._take_warm(template.name, cpu, memory)
+        warm = await self._take_warm(template, cpu, memory)
         row = Sandbox(
             id=warm.sandbox_id if warm is not None else _new_id(),
             team_id=principal.team_id,
             api_key_id=principal.api_key_id,
             template_id=template.id,
-            alias=template.name,
+            alias=template.display_name,
             state=SandboxState.STARTING.value,
             runtime=self._runtime.name,
             runtime_ref=warm.ref if warm is not None else None,
@@ -195,13 +201,13 @@ class SandboxService:
                 self._store.add_sandbox(row)
         except BaseException:
             if warm is not None:
-                self._pool.setdefault(template.name, []).append(warm)
+                self._pool.setdefault(_pool_key(template), []).append(warm)
             raise
         host_dir = self._root / row.id
         try:
             if warm is not None:
                 extra_envs = await self._attach(row, host_dir)
-                envs = {**extra_envs, **request.envs}
+                envs = {**(template.envs or {}), **extra_envs, **request.envs}
                 await self._guest(row.id).configure(envs)
                 _publish_envs(host_dir, envs)
                 ref = warm.ref
@@ -220,6 +226,7 @@ class SandboxService:
         )
         if started is None:
             raise _not_found(row.id)
+        TemplateRecords(self._store).count_spawn(template.id, now)
         self._routes[row.id] = self._route_of(row)
         await self._record(
             "sandbox.created", started, template=template.name, warm=warm is not None
@@ -245,7 +252,7 @@ class SandboxService:
         """Starts a sandbox's container in an existing host directory and waits until its
         guest (and the template's service) answers; returns the runtime reference."""
         host_dir = self._root / sandbox_id
-        self._prepare_host_dir(host_dir, envs)
+        self._prepare_host_dir(host_dir, {**(template.envs or {}), **envs}, template)
         spec = SandboxSpec(
             sandbox_id=sandbox_id,
             image_ref=template.image_ref,
@@ -260,16 +267,16 @@ class SandboxService:
         )
         ref = await self._runtime.create(spec)
         await self._wait_ready(sandbox_id)
-        await self._start_template_service(sandbox_id, template.start_cmd, template.ready_port)
+        await self._start_template_service(sandbox_id, template)
         return ref
 
     # -- warm pool ------------------------------------------------------------------------
 
-    async def _take_warm(self, template: str, cpu: int, memory: int) -> _Warm | None:
+    async def _take_warm(self, template: Template, cpu: int, memory: int) -> _Warm | None:
         """A started, unclaimed, answering sandbox of ``template`` with the default size."""
         if (cpu, memory) != (self._limits.default_cpu_count, self._limits.default_memory_mb):
             return None
-        pool = self._pool.get(template, [])
+        pool = self._pool.get(_pool_key(template), [])
         while pool:
             warm = pool.pop(0)
             if await self._guest_alive(warm.sandbox_id):
@@ -285,7 +292,7 @@ class SandboxService:
         self._filling[template.name] = task
 
     async def _fill(self, template: Template, wanted: int) -> None:
-        pool = self._pool.setdefault(template.name, [])
+        pool = self._pool.setdefault(_pool_key(template), [])
         failures = 0
         try:
             while len(pool) < wanted and failures < 3:
@@ -583,15 +590,18 @@ class SandboxService:
         shutil.rmtree(self._root / sandbox_id, ignore_errors=True)
         self._store.delete_sandbox(sandbox_id)
 
-    def _prepare_host_dir(self, host_dir: Path, envs: Mapping[str, str]) -> None:
+    def _prepare_host_dir(
+        self, host_dir: Path, envs: Mapping[str, str], template: Template
+    ) -> None:
         # SECURITY: the directory is root's and read-only inside the sandbox (runtimes mount
         # it so); a copy, not a link, all the same: no sandbox may ever reach the guest code
         # other sandboxes run.
         shutil.copyfile(self._guest_zipapp, host_dir / "guest.pyz")
         guest_config = {
             "envs": dict(envs),
-            "default_user": "user",
-            "default_workdir": None,
+            # The template's last set_user/set_workdir (E2B persists them as the defaults).
+            "default_user": template.default_user or "user",
+            "default_workdir": template.default_workdir,
             "egress_proxy_port": EGRESS_PROXY_PORT,
             "sudo": self._config.sandbox.sudo,
         }
@@ -658,16 +668,24 @@ class SandboxService:
                 f"sandbox {sandbox_id} did not become ready ({exc.message}); see `sandgate doctor`"
             ) from None
 
-    async def _start_template_service(
-        self, sandbox_id: str, start_cmd: str | None, ready_port: int | None
-    ) -> None:
-        """Starts the template's service (e.g. the code interpreter) and waits for its port."""
+    async def _start_template_service(self, sandbox_id: str, template: Template) -> None:
+        """Starts the template's service (its start command, e.g. the code interpreter) and
+        waits until it is ready: its port accepts connections, or its ready command exits 0."""
         guest = self._guest(sandbox_id)
+        start_cmd = template.start_cmd
+        ready_port = template.ready_port
+        ready_cmd = template.ready_cmd
+        if ready_cmd and ready_port is None:
+            wait_for_port = _WAIT_FOR_PORT.fullmatch(ready_cmd.strip())
+            if wait_for_port is not None and int(wait_for_port[1]) <= 65535:
+                ready_port, ready_cmd = int(wait_for_port[1]), None
         if start_cmd:
             stream = await guest.spawn(
                 "/bin/bash", ["-l", "-c", start_cmd], tag="sandgate:start", stdin=False
             )
             await stream.aclose()  # the service keeps running; we only drop its output
+        if ready_cmd:
+            await self._wait_ready_cmd(guest, ready_cmd)
         if ready_port is None:
             return
         loop = asyncio.get_running_loop()
@@ -686,6 +704,25 @@ class SandboxService:
                     ) from None
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.1)
+
+    async def _wait_ready_cmd(self, guest: GuestClient, ready_cmd: str) -> None:
+        """Runs the template's ready command (as its default user) until it exits 0."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _SERVICE_READY_TIMEOUT_S
+        delay = 0.02
+        while True:
+            code, output = await _run_to_end(guest, ready_cmd)
+            if code == 0:
+                return
+            if loop.time() > deadline:
+                raise SandboxUnavailable(
+                    f"the template's ready command did not succeed within "
+                    f"{_SERVICE_READY_TIMEOUT_S:.0f}s (last exit {code}"
+                    + (f": {output[-300:]}" if output else "")
+                    + f"); command: {ready_cmd[:200]}"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.2)
 
     async def _guest_alive(self, sandbox_id: str) -> bool:
         try:
@@ -730,6 +767,29 @@ class SandboxService:
                 f"this server already runs {total} sandboxes; the limit is "
                 f"{self._limits.max_sandboxes_total} (limits.max_sandboxes_total)"
             )
+
+
+def _pool_key(template: Template) -> str:
+    return template.name
+
+
+async def _run_to_end(guest: GuestClient, command: str) -> tuple[int, str]:
+    """Runs ``command`` in the sandbox (as its default user, at most 10 s) and returns its
+    exit code and the tail of its output."""
+    output = b""
+    try:
+        stream = await guest.spawn(
+            "/bin/bash", ["-l", "-c", command], tag="sandgate:ready", timeout_ms=10_000
+        )
+        async with stream:
+            async for event in stream:
+                if isinstance(event, Output):
+                    output = (output + event.data)[-2000:]
+                elif isinstance(event, Ended):
+                    return event.exit_code, output.decode(errors="replace").strip()
+    except GuestError as exc:
+        return -1, exc.message
+    return -1, output.decode(errors="replace").strip()
 
 
 def _sha256(text: str) -> str:

@@ -2,6 +2,7 @@
 
 from sandgate.store._agents import ACTIVE_RUN_STATES, AgentRecords
 from sandgate.store._store import LIVE_STATES, SandboxPage, Store
+from sandgate.store._templates import TemplateRecords
 from sandgate.store.models import (
     AgentRun,
     AgentRunEvent,
@@ -11,6 +12,9 @@ from sandgate.store.models import (
     Sandbox,
     Team,
     Template,
+    TemplateBuild,
+    TemplateBuildLog,
+    TemplateTag,
 )
 
 __all__ = [
@@ -27,4 +31,8 @@ __all__ = [
     "Store",
     "Team",
     "Template",
+    "TemplateBuild",
+    "TemplateBuildLog",
+    "TemplateRecords",
+    "TemplateTag",
 ]

@@ -111,7 +111,9 @@ class Store:
 
     def upsert_template(self, template: Template) -> Template:
         with self.session() as s:
-            existing = s.scalar(select(Template).where(Template.name == template.name))
+            existing = s.scalar(
+                select(Template).where(Template.name == template.name, Template.team_id.is_(None))
+            )
             if existing is None:
                 s.add(template)
                 return template
@@ -128,8 +130,13 @@ class Store:
             return existing
 
     def template_by_name_or_id(self, ref: str) -> Template | None:
+        """A shipped template by name or id (team templates: ``TemplateRecords.find``)."""
         with self.session() as s:
-            return s.scalar(select(Template).where((Template.name == ref) | (Template.id == ref)))
+            return s.scalar(
+                select(Template).where(
+                    Template.team_id.is_(None), (Template.name == ref) | (Template.id == ref)
+                )
+            )
 
     def list_templates(self) -> Sequence[Template]:
         with self.session() as s:

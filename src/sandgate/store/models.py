@@ -71,6 +71,92 @@ class Template(Base):
     public: Mapped[bool]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    #: The owning team; None for the shipped templates, which every team sees.
+    team_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    #: The name the team gave it (``name`` is ``<team id>/<alias>``, unique); None: built in.
+    alias: Mapped[str | None] = mapped_column(String(200), default=None)
+    #: A shell command that must exit 0 before create returns (E2B's ``readyCmd``).
+    ready_cmd: Mapped[str | None] = mapped_column(Text, default=None)
+    #: The user and working directory commands get by default (the template's last
+    #: ``set_user``/``set_workdir``); None: ``user`` and that user's home.
+    default_user: Mapped[str | None] = mapped_column(String(64), default=None)
+    default_workdir: Mapped[str | None] = mapped_column(String(1000), default=None)
+    #: Environment variables every command in its sandboxes gets (the template's ``set_envs``).
+    envs: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
+    #: The build whose image sandboxes start from (a ``template_builds`` id); None until the
+    #: first build of a team template is ready.
+    build_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    spawn_count: Mapped[int] = mapped_column(Integer, default=0)
+    last_spawned_at: Mapped[datetime | None] = mapped_column(default=None)
+
+    @property
+    def display_name(self) -> str:
+        """The name users know it by: the alias of a team template, else the name."""
+        return self.alias or self.name
+
+
+class TemplateBuild(Base):
+    """One build of a team template (``templates.builds.BuildState`` names the states)."""
+
+    __tablename__ = "template_builds"
+    __table_args__ = (Index("ix_template_builds_template", "template_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    template_id: Mapped[str] = mapped_column(String(64))
+    team_id: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))
+    cpu_count: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    #: Tags to point at this build once it is ready.
+    tags: Mapped[list[Any]] = mapped_column(JSON)
+    #: The build request (``TemplateBuildStartV2``) as received; None while waiting for it.
+    spec: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    engine: Mapped[str | None] = mapped_column(String(16), default=None)
+    image_ref: Mapped[str | None] = mapped_column(String(500), default=None)
+    image_id: Mapped[str | None] = mapped_column(String(200), default=None)
+    start_cmd: Mapped[str | None] = mapped_column(Text, default=None)
+    ready_cmd: Mapped[str | None] = mapped_column(Text, default=None)
+    default_user: Mapped[str | None] = mapped_column(String(64), default=None)
+    default_workdir: Mapped[str | None] = mapped_column(String(1000), default=None)
+    envs: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
+    #: Steps answered from the layer cache, of how many (shown in logs and `templates`).
+    cached_steps: Mapped[int] = mapped_column(Integer, default=0)
+    total_steps: Mapped[int] = mapped_column(Integer, default=0)
+    reason: Mapped[str | None] = mapped_column(Text, default=None)
+    #: The failed step as E2B names it: ``base``, the step's number, or ``finalize``.
+    reason_step: Mapped[str | None] = mapped_column(String(32), default=None)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class TemplateBuildLog(Base):
+    """One line of a build's log; ``seq`` counts from 0 per build (E2B's ``logsOffset``)."""
+
+    __tablename__ = "template_build_logs"
+    __table_args__ = (Index("ix_template_build_logs_build", "build_id", "seq", unique=True),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    build_id: Mapped[str] = mapped_column(String(64))
+    seq: Mapped[int] = mapped_column(Integer)
+    time: Mapped[datetime]
+    level: Mapped[str] = mapped_column(String(8))
+    step: Mapped[str | None] = mapped_column(String(32), default=None)
+    message: Mapped[str] = mapped_column(Text)
+
+
+class TemplateTag(Base):
+    """A tag's assignment to a build; the assignment with ``removed_at`` None is current."""
+
+    __tablename__ = "template_tags"
+    __table_args__ = (Index("ix_template_tags_template_tag", "template_id", "tag"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    template_id: Mapped[str] = mapped_column(String(64))
+    tag: Mapped[str] = mapped_column(String(128))
+    build_id: Mapped[str] = mapped_column(String(64))
+    assigned_at: Mapped[datetime]
+    removed_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class Sandbox(Base):

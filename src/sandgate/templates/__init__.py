@@ -6,9 +6,14 @@ python3, git, curl, procps, sudo and ca-certificates, from either ``debian:bookw
 or an offline debootstrap (``Source``). Builds are idempotent: an image whose content
 digest matches is reused. Without a container engine, ``NativeTemplateBuilder`` builds the
 same templates as root-filesystem directories for the bwrap runtime.
+
+Team templates (the E2B template API) are built by ``builds.BuildService`` from the steps the
+E2B SDKs send (``_plan``), one cached layer per step (``_layers``), on Docker
+(``_docker_layers``) or without an engine (``_native_layers``).
 """
 
 from ._builder import BuiltTemplate, TemplateBuilder, TemplateState
+from ._engines import layer_backend, prepare_template_tree, remove_stale_builds
 from ._native import NativeTemplateBuilder
 from ._progress import BuildStep, ProgressCallback, ignore_progress
 from ._rootfs import DEFAULT_MIRROR
@@ -29,4 +34,7 @@ __all__ = [
     "TemplateSpec",
     "TemplateState",
     "ignore_progress",
+    "layer_backend",
+    "prepare_template_tree",
+    "remove_stale_builds",
 ]

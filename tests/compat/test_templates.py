@@ -1,0 +1,132 @@
+"""Templates as the E2B SDKs and CLI build them (issue 18, part A), on both runtimes.
+
+The SDK scenario builds one template with every builder step kind, starts a sandbox whose
+start command must already answer when ``create`` returns, rebuilds it with one changed step
+(the unchanged prefix must come from the layer cache), and drives tags, aliases, background
+builds and failures. All clients of one server build the same template name, so only the first
+pays for the steps: the rest prove the cache.
+
+Contract: shared/e2b-protocol.md §2.5.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.server import RunningServer
+
+from .clients import CLI, PreparedClient, prepare
+from .expect import assert_sdk_version
+
+pytestmark = pytest.mark.compat
+
+TEMPLATE = "compat-every-step"
+
+
+def test_template_build_with_every_step_kind(
+    client: PreparedClient, runtime_e2b_env: dict[str, str]
+) -> None:
+    result = client.run("templates", runtime_e2b_env, [TEMPLATE], timeout=900)
+    assert_sdk_version(result, client)
+    probe = result["probe"]
+    assert probe["exit_code"] == 0, probe
+    lines = probe["stdout"].splitlines()
+    expected = [
+        "builder",  # set_user: the sandbox's default user
+        "/opt/work",  # set_workdir: its default working directory
+        "env-ok",  # set_envs
+        "step-as-user",  # run_cmd runs as `user` by default
+        "root-ok",  # run_cmd(user="root")
+        "user 750",  # copy(user=, mode=)
+        "data.txt",  # a symlink in a copied directory stays a symlink
+        "single-ok",  # copy of one file
+        "/usr/bin/tree",  # apt_install
+    ]
+    if client.lang == "python":
+        expected.append("wheel-ok")  # pip_install (a local wheel: PyPI is not reachable)
+    expected += [
+        "cloned",  # git_clone
+        "made",  # make_dir
+        "/opt/single.txt",  # make_symlink
+        "gone",  # remove
+        "renamed-ok",  # rename
+        "v1",  # the start command answered before create returned (no wait in between)
+    ]
+    assert lines == expected, probe
+
+    # The rebuild changes the marker step (15 of 17 in Python, 14 of 16 in JS, which has no
+    # pip_install): the base and every step before it come from the layer cache.
+    changed, total = (15, 17) if client.lang == "python" else (14, 16)
+    cached = result["rebuild_cached"]
+    assert len(cached) == changed - 1, cached
+    assert cached[0].startswith("CACHED [base]"), cached
+    assert result["rebuild_ran"][0].startswith(f"[{changed}/{total}] RUN"), result["rebuild_ran"]
+    assert result["marker_after_rebuild"]["stdout"] == "v2\n"
+
+    assert result["exists"] is True
+    assert result["exists_base"] is True
+    assert result["exists_missing"] is False
+    assert result["assign"]["ok"] is True, result["assign"]
+    assert result["tags"] == ["default", "stable"]
+    assert result["tagged_marker"]["stdout"] == "v2\n"
+    assert result["remove_tags"]["ok"] is True, result["remove_tags"]
+    assert result["tags_after_remove"] == ["default"]
+    assert result["background_final"] == "ready"
+
+    failed = result["failed"]["error"]
+    assert failed["class"] in ("BuildException", "BuildError"), failed  # Python / JS
+    assert "[1/1] RUN echo boom-tail-line; exit 3" in failed["message"], failed
+    assert "exit 3" in failed["message"] and "boom-tail-line" in failed["message"], failed
+    missing = result["missing_image"]["error"]
+    assert missing["class"] in ("BuildException", "BuildError"), missing
+    assert "sandgate-missing.invalid/nothing:1" in missing["message"], missing
+
+
+def _cli(server: RunningServer, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    cli = prepare(CLI)
+    entry = cli.node_modules / "@e2b" / "cli" / "dist" / "index.js"
+    env: dict[str, Any] = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(cwd),
+        "NO_COLOR": "1",
+        "CI": "1",
+        **server.env,
+    }
+    return subprocess.run(
+        ["node", str(entry), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_cli_template_create_list_sandbox_delete(
+    runtime_server: RunningServer, tmp_path: Path
+) -> None:
+    (tmp_path / "e2b.Dockerfile").write_text(
+        "FROM e2bdev/base\nRUN echo cli-built > /tmp/cli-marker\nCOPY hello.txt /opt/hello.txt\n"
+    )
+    (tmp_path / "hello.txt").write_text("hello-cli\n")
+    created = _cli(
+        runtime_server, ["template", "create", "compat-cli", "-d", "e2b.Dockerfile"], tmp_path
+    )
+    assert created.returncode == 0, created.stdout + created.stderr
+
+    listed = _cli(runtime_server, ["template", "list", "--format", "json"], tmp_path)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "compat-cli" in listed.stdout and "base" in listed.stdout, listed.stdout
+
+    sandbox = _cli(runtime_server, ["sandbox", "create", "compat-cli", "--detach"], tmp_path)
+    assert sandbox.returncode == 0, sandbox.stdout + sandbox.stderr
+
+    deleted = _cli(runtime_server, ["template", "delete", "compat-cli", "--yes"], tmp_path)
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+    after = _cli(runtime_server, ["template", "list", "--format", "json"], tmp_path)
+    assert "compat-cli" not in after.stdout, after.stdout
