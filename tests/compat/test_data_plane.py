@@ -261,7 +261,8 @@ def test_ports_and_killed_sandbox(client: PreparedClient, runtime_e2b_env: dict[
     command_ok(result["interfaces"], "lo\n")
 
     assert result["killed"] is True
-    failed_with(client, result["stream_after_kill"], "Timeout")
+    killed = failed_with(client, result["stream_after_kill"], "Timeout")
+    assert "sandbox was killed or reached its end of life" in killed["message"], killed
     assert result["is_running_after_kill"] is False
     late = result["run_after_kill"]
     assert late["ok"] is False, late
@@ -272,3 +273,74 @@ def test_ports_and_killed_sandbox(client: PreparedClient, runtime_e2b_env: dict[
     ), late
     command_ok(result["neighbour"], "ok\n")
     assert result["neighbour_running"] is True
+
+
+# --------------------------------------------------------------------------------------------
+# Details E2B's own clients rely on (issue 18)
+
+#: What envd's in-place write causes, by kind of write (see guest/_inotify.py ``published``).
+NEW_FILE = ["create", "chmod", "write"]
+OVERWRITE = ["chmod", "write"]
+EMPTY_NEW_FILE = ["create", "chmod"]
+NEW_FILE_WITH_METADATA = ["create", "chmod", "write", "chmod"]
+KILLED = "sandbox was killed or reached its end of life"
+
+
+def _of(events: list[list[str]], name: str) -> list[str]:
+    return [kind for event_name, kind in events if event_name == name]
+
+
+def test_data_plane_details(client: PreparedClient, runtime_e2b_env: dict[str, str]) -> None:
+    result = client.run("data_details", runtime_e2b_env)
+    assert_sdk_version(result, client)
+    _no_scenario_error(result)
+
+    # A signed upload URL takes a form whose 'file' part is a plain field: ?path names it.
+    plain = result["plain_field"]
+    assert plain["status"] == 200, plain
+    assert _ok(result["plain_field_read"]) == "a plain field"
+    if client.lang == "js":  # Python's upload_url() needs a path
+        nowhere = result["plain_field_no_path"]
+        assert nowhere["status"] == 400 and "filename" in nowhere["body"], nowhere
+
+    # /proc and /sys through the files API: what `cat` shows the same user in the sandbox
+    # (its own uid map, hostname; no sysfs on bwrap: absent both ways).
+    for path, both in result["kernel_files"].items():
+        if both["cat"] == "MISSING\n":
+            failed_with(client, both["read"], "FileNotFound")
+        else:
+            assert _ok(both["read"]) == both["cat"], (path, both)
+    assert "/proc/sys/kernel/random/boot_id" in result["kernel_files"]
+    assert result["kernel_files"]["/proc/sys/kernel/random/boot_id"]["cat"] != "MISSING\n"
+    uid_map = result["kernel_files"]["/proc/self/uid_map"]["cat"].split()
+    assert uid_map[:1] == ["0"] and uid_map[1] != "0", "the sandbox's own namespace, not the host's"
+    uid_line = next(line for line in _ok(result["status"]).splitlines() if line.startswith("Uid:"))
+    assert uid_line.split()[1] == result["id"] != "0", uid_line
+    # Kernel files that are not data are refused with a clear error, never streamed forever.
+    pagemap = failed_with(client, result["pagemap"], "InvalidArgument")
+    assert "16 MiB" in pagemap["message"], pagemap
+    mem = failed_with(client, result["mem"], "InvalidArgument")
+    assert "not serve this file as data" in mem["message"], mem
+    fifo = failed_with(client, result["fifo"], "InvalidArgument")
+    assert "not a regular file" in fifo["message"], fifo
+
+    # A write's watch events, as envd gives them: counted right after the write returns
+    # (Python's polling watcher), and in order on the stream.
+    if client.lang == "python":
+        assert result["polled_new"] == [["new.txt", kind] for kind in NEW_FILE]
+        assert result["polled_overwrite"] == [["new.txt", kind] for kind in OVERWRITE]
+        assert result["polled_empty"] == [["empty.txt", kind] for kind in EMPTY_NEW_FILE]
+        assert result["polled_metadata"] == [["meta.txt", k] for k in NEW_FILE_WITH_METADATA]
+        assert result["polled_recursive"] == [["sub/nested.txt", kind] for kind in NEW_FILE]
+    streamed = result["streamed"]
+    assert streamed["complete"] is True, streamed
+    assert _of(streamed["events"], "a.txt") == NEW_FILE + OVERWRITE, streamed
+    assert _of(streamed["events"], "sentinel.txt") == NEW_FILE, streamed
+    if client.lang == "js":
+        assert _of(streamed["events"], "empty.txt") == EMPTY_NEW_FILE, streamed
+        assert _of(streamed["events"], "meta.txt") == NEW_FILE_WITH_METADATA, streamed
+
+    # A command whose sandbox is killed: the SDK's own "sandbox was killed" error.
+    assert result["killed"] is True
+    killed = failed_with(client, result["killed_wait"], "Timeout")
+    assert KILLED in killed["message"], killed

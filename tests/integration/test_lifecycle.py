@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from tests.fixtures.runtimes import RuntimeView
 from tests.fixtures.server import RunningServer, ServerFactory
 from tests.framework.envd import create, run
+from tests.framework.sandbox_http import FLAG_END, Envelopes, open_sandbox
 
 docker_only = pytest.mark.docker
 
@@ -286,3 +288,46 @@ def test_lifecycle_and_commands_are_audited(sandgate_server_factory: ServerFacto
     assert commands[0]["detail"]["pid"] > 0
     verify = server.cli("audit", "verify")
     assert "records checked" in verify.stdout
+
+
+def test_streams_of_a_killed_sandbox_drop_as_envds_do(runtime_server: RunningServer) -> None:
+    """A command's stream and a watch of a sandbox killed meanwhile end mid-body, with no
+    end-of-stream envelope (envd's machine is gone), and ``/health`` then answers 502: that is
+    what makes every SDK report "The sandbox was killed or reached its end of life" rather than
+    a generic timeout (tests/compat ``test_data_plane_details``). The server logs the drop as a
+    decision, not as a failure."""
+    sbx = open_sandbox(runtime_server.url, runtime_server.api_key)
+    log_before = len(runtime_server.log_text())
+    splitters = [Envelopes(), Envelopes()]
+    with (
+        sbx.stream(
+            "process.Process/Start",
+            {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "sleep 120"]}, "stdin": False},
+            headers={"connect-timeout-ms": "0"},
+        ) as command,
+        sbx.stream("filesystem.Filesystem/WatchDir", {"path": "/home/user"}) as watch,
+    ):
+        received: list[list[tuple[int, dict[str, Any]]]] = [[], []]
+        chunks = [command.iter_raw(), watch.iter_raw()]
+        for index, stream in enumerate(chunks):
+            while not received[index]:
+                received[index] += splitters[index].feed(next(stream))
+        assert "start" in received[0][0][1]["event"] and "start" in received[1][0][1]
+        killed = httpx.delete(
+            f"{runtime_server.url}/sandboxes/{sbx.sandbox_id}",
+            headers={"X-API-Key": runtime_server.api_key},
+        )
+        assert killed.status_code == 204
+        for index, stream in enumerate(chunks):
+            with pytest.raises(httpx.RemoteProtocolError):
+                for chunk in stream:
+                    received[index] += splitters[index].feed(chunk)
+            assert not [flags for flags, _ in received[index] if flags & FLAG_END], received
+    health = httpx.get(
+        f"{runtime_server.url}/health",
+        headers={"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983"},
+    )
+    assert health.status_code == 502
+    log = runtime_server.log_text()[log_before:]
+    assert log.count("e2b.stream_dropped") == 2, log
+    assert "Exception in ASGI application" not in log and "Traceback" not in log, log

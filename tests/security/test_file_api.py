@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.fixtures.server import RunningServer
-from tests.framework.sandbox_http import SandboxHttp, rss_bytes
+from tests.framework.sandbox_http import SandboxHttp, open_sandbox, rss_bytes
 
 pytestmark = pytest.mark.docker
 
@@ -97,27 +97,57 @@ def test_FILE_04_write_through_planted_link_stays_inside(sbx: SandboxHttp, canar
         assert inside == "overwritten by the attacker"
 
 
-def test_FILE_08_fifo_and_devices_are_refused_promptly(sbx: SandboxHttp) -> None:
-    sbx.sh("rm -f /home/user/p && mkfifo /home/user/p")
-    for path, user in (
-        ("/home/user/p", None),
-        ("/dev/zero", "root"),
-        ("/dev/urandom", "root"),
-        ("/proc/self/mem", "root"),
-        ("/proc/self/environ", "root"),
-    ):
+def test_FILE_08_special_files_refused_promptly_kernel_files_bounded(
+    runtime_server: RunningServer,
+) -> None:
+    """FIFOs and devices are refused at once; files the kernel generates (``/proc``, ``/sys``)
+    are read as the sandbox's user sees them, inside its namespaces, bounded: one that is not
+    data or has no end is refused with a clear error, never streamed or waited on."""
+    sbx = open_sandbox(runtime_server.url, runtime_server.api_key)
+    try:
+        sbx.sh("rm -f /home/user/p && mkfifo /home/user/p")
+        for path, user, status, says in (
+            ("/home/user/p", None, 400, "not a regular file"),
+            ("/dev/zero", "root", 400, "not a regular file"),
+            ("/dev/urandom", "root", 400, "not a regular file"),
+            ("/proc/self/mem", "root", 400, "the kernel does not serve this file as data"),
+            ("/proc/self/pagemap", "root", 400, "yields more than 16 MiB"),  # ~256 GiB
+            ("/proc/kmsg", "root", 403, "Permission denied"),
+        ):
+            started = time.monotonic()
+            response = sbx.get_file(path, user=user, timeout=PROMPT_S * 2)
+            assert time.monotonic() - started < PROMPT_S, path
+            body = _error(response, status)
+            assert says in str(body["message"]), (path, body)
+        # /proc/kcore is masked by the runtime: absent or refused, never kernel memory.
+        kcore = sbx.get_file("/proc/kcore", user="root", timeout=PROMPT_S * 2)
+        assert kcore.status_code in (400, 403, 404), kcore.status_code
+        # Writing onto a FIFO is refused too, and does not block.
         started = time.monotonic()
-        response = sbx.get_file(path, user=user, timeout=PROMPT_S * 2)
-        assert time.monotonic() - started < PROMPT_S, path
-        body = _error(response, 400)
-        assert "not a regular file" in str(body["message"]), (path, body)
-    # /proc/kcore is masked by the runtime: absent or refused, never kernel memory.
-    kcore = sbx.get_file("/proc/kcore", user="root", timeout=PROMPT_S * 2)
-    assert kcore.status_code in (400, 403, 404), kcore.status_code
-    # Writing onto a FIFO is refused too, and does not block.
-    started = time.monotonic()
-    _error(sbx.put_file("/home/user/p", b"x", timeout=PROMPT_S * 2), 400)
-    assert time.monotonic() - started < PROMPT_S
+        _error(sbx.put_file("/home/user/p", b"x", timeout=PROMPT_S * 2), 400)
+        assert time.monotonic() - started < PROMPT_S
+
+        # What E2B clients read (boot_id tells a reboot from a resume): exactly what `cat`
+        # shows the same user in the sandbox, with its length; ranges apply to those bytes.
+        for path in ("/proc/sys/kernel/random/boot_id", "/proc/sys/kernel/hostname"):
+            response = sbx.get_file(path)
+            assert response.status_code == 200, (path, response.text)
+            assert response.content == sbx.sh(f"cat {path}").encode(), path
+            assert response.headers["content-length"] == str(len(response.content))
+        boot_id = sbx.get_file("/proc/sys/kernel/random/boot_id").content
+        head = sbx.get_file("/proc/sys/kernel/random/boot_id", headers={"Range": "bytes=0-7"})
+        assert (head.status_code, head.content) == (206, boot_id[:8])
+        assert head.headers["content-range"] == f"bytes 0-7/{len(boot_id)}"
+        # Still the sandbox's user, still inside its namespaces.
+        status = sbx.get_file("/proc/self/status").text
+        uid = next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:"))
+        assert uid == sbx.sh("id -u").strip() != "0"
+        uid_map = sbx.get_file("/proc/self/uid_map").text
+        assert uid_map == sbx.sh("cat /proc/self/uid_map")
+        inside, outside = uid_map.split()[:2]
+        assert inside == "0" and outside != "0", "sandbox root must map to a host uid of its own"
+    finally:
+        sbx.kill()
 
 
 def test_FILE_10_deep_tree_list_and_remove(sbx: SandboxHttp, canary: Path) -> None:

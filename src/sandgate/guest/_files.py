@@ -4,8 +4,10 @@ Trust: the request comes from the gateway (trusted); the file system content is 
 (untrusted: any path may be a symlink, FIFO or device placed by sandbox code). Enforced here:
 the kernel checks every access against the worker's uid/gids (the worker never holds more
 privilege than the selected user); reads refuse anything but regular files and never block on
-a FIFO; writes never leave a half-written target. Not done here: quotas (the runtime's disk
-limits), path confinement (absolute paths name the sandbox's own files, as in E2B).
+a FIFO; files the kernel generates (``/proc``, ``/sys``) are read as the user sees them,
+bounded (``_kernelfiles``); writes never leave a half-written target. Not done here: quotas
+(the runtime's disk limits), path confinement (absolute paths name the sandbox's own files,
+as in E2B).
 """
 
 from __future__ import annotations
@@ -23,23 +25,60 @@ from ._config import GuestConfig
 from ._dirs import make_dirs
 from ._entry import METADATA_PREFIX, entry_info
 from ._errors import OpError, from_oserror
+from ._kernelfiles import has_no_fixed_size, read_unsized
 from ._users import User, resolve_path
 from ._wire import FrameError, recv_frame, send_frame, send_json
 from .protocol import DISK_FULL, FILE_CHUNK, MAX_FRAME, Kind, decode_json
 
-__all__ = ["FILE_OPS", "TEMP_SUFFIX_CREATE", "TEMP_SUFFIX_WRITE", "FileContext", "is_temp_name"]
+__all__ = ["FILE_OPS", "FileContext", "TempFlags", "is_temp_name", "temp_flags"]
 
-#: Temp files of ``write_file`` end with one of these; the watcher hides them and reports the
-#: rename onto the target as a create+write (new file) or a write (replaced file).
-TEMP_SUFFIX_CREATE = ".sgtmp-c"
-TEMP_SUFFIX_WRITE = ".sgtmp-w"
+#: A write's temp file is ``.<name>.<random>.sgtmp-<flags>`` beside its target; the watcher
+#: hides it and reports the rename that publishes it from its flags (``TempFlags``).
+_TEMP_MARK = ".sgtmp-"
 _LIST_BATCH = 2000
-_SPECIAL_ROOTS = ("/proc", "/sys")
+
+
+@dataclass(frozen=True)
+class TempFlags:
+    """What a write's temp file stands for, carried in its name so that a watcher (another
+    process) can report its publication as the writer's in-place write would have shown."""
+
+    #: The target did not exist (``c``) or is replaced (``w``).
+    created: bool
+    #: The write sets or clears the target's ``user.e2b.*`` metadata (``m``).
+    metadata: bool = False
+    #: No byte was written (``e``; given by a rename once the data is in).
+    empty: bool = False
+
+    def suffix(self) -> str:
+        return (
+            _TEMP_MARK
+            + ("c" if self.created else "w")
+            + ("m" if self.metadata else "")
+            + ("e" if self.empty else "")
+        )
+
+
+def temp_flags(name: str) -> TempFlags | None:
+    """The flags of a write's temp file name (a path or a base name); None for any other."""
+    base = name.rsplit("/", 1)[-1]
+    if not base.startswith("."):
+        return None
+    head, mark, tail = base.rpartition(_TEMP_MARK)
+    if not mark or not head or not tail or tail[0] not in "cw" or not set(tail[1:]) <= {"m", "e"}:
+        return None
+    return TempFlags(tail[0] == "c", "m" in tail, "e" in tail)
 
 
 def is_temp_name(name: str) -> bool:
-    base = name.rsplit("/", 1)[-1]
-    return base.startswith(".") and base.endswith((TEMP_SUFFIX_CREATE, TEMP_SUFFIX_WRITE))
+    return temp_flags(name) is not None
+
+
+def _has_metadata(path: str) -> bool:
+    try:
+        return any(name.startswith(METADATA_PREFIX) for name in os.listxattr(path))
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -174,10 +213,7 @@ def _open_regular(path: str) -> tuple[int, os.stat_result]:
         st = os.stat(path)
     except OSError as exc:
         raise from_oserror(exc, f"open {path}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise OpError("invalid_argument", f"path is a directory: {path}")
-    if not stat.S_ISREG(st.st_mode):
-        raise OpError("invalid_argument", f"not a regular file: {path}")
+    _require_regular(st, path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
@@ -185,20 +221,18 @@ def _open_regular(path: str) -> tuple[int, os.stat_result]:
     try:
         # SECURITY: re-check on the open fd, the path may have been swapped since the stat.
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise OpError("invalid_argument", f"path is a directory: {path}")
-        if not stat.S_ISREG(st.st_mode):
-            raise OpError("invalid_argument", f"not a regular file: {path}")
-        try:
-            real = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            real = path
-        if any(real == root or real.startswith(root + "/") for root in _SPECIAL_ROOTS):
-            raise OpError("invalid_argument", f"not a regular file: {path} (procfs/sysfs)")
+        _require_regular(st, path)
     except BaseException:
         os.close(fd)
         raise
     return fd, st
+
+
+def _require_regular(st: os.stat_result, path: str) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise OpError("invalid_argument", f"path is a directory: {path}")
+    if not stat.S_ISREG(st.st_mode):
+        raise OpError("invalid_argument", f"not a regular file: {path}")
 
 
 def op_read_file(sock: socket.socket, request: dict[str, Any], ctx: FileContext) -> None:
@@ -207,18 +241,12 @@ def op_read_file(sock: socket.socket, request: dict[str, Any], ctx: FileContext)
     length = _int_field(request, "length", None)
     fd, st = _open_regular(path)
     try:
+        if has_no_fixed_size(fd, st):
+            _send_unsized(sock, read_unsized(fd, path), path, offset, length)
+            return
         start = min(offset, st.st_size)
         remaining = st.st_size - start if length is None else min(length, st.st_size - start)
-        send_json(
-            sock,
-            {
-                "ok": True,
-                "size": st.st_size,
-                "name": os.path.basename(path),
-                "offset": start,
-                "length": remaining,
-            },
-        )
+        _send_header(sock, st.st_size, path, start, remaining)
         position = start
         while remaining > 0:
             try:
@@ -233,6 +261,32 @@ def op_read_file(sock: socket.socket, request: dict[str, Any], ctx: FileContext)
         send_frame(sock, Kind.EOF)
     finally:
         os.close(fd)
+
+
+def _send_header(sock: socket.socket, size: int, path: str, offset: int, length: int) -> None:
+    send_json(
+        sock,
+        {
+            "ok": True,
+            "size": size,
+            "name": os.path.basename(path),
+            "offset": offset,
+            "length": length,
+        },
+    )
+
+
+def _send_unsized(
+    sock: socket.socket, data: bytes, path: str, offset: int, length: int | None
+) -> None:
+    """A file read to its end (``_kernelfiles``): the requested range of what was read."""
+    start = min(offset, len(data))
+    end = len(data) if length is None else min(len(data), start + length)
+    _send_header(sock, len(data), path, start, end - start)
+    view = memoryview(data)
+    for position in range(start, end, FILE_CHUNK):
+        send_frame(sock, Kind.DATA, bytes(view[position : min(end, position + FILE_CHUNK)]))
+    send_frame(sock, Kind.EOF)
 
 
 def _metadata(request: dict[str, Any]) -> dict[str, str]:
@@ -335,6 +389,20 @@ class _Staged:
         self._temp = temp
         self._staging = staging
 
+    def mark_empty(self) -> None:
+        """Records in the temp file's name that nothing was written to it."""
+        if self._temp is None:
+            return
+        flags = temp_flags(self._temp)
+        if flags is None or flags.empty:
+            return
+        empty = (
+            self._temp[: -len(flags.suffix())]
+            + TempFlags(flags.created, flags.metadata, empty=True).suffix()
+        )
+        os.rename(self._temp, empty)
+        self._temp = empty
+
     def commit(self) -> dict[str, Any]:
         """Puts the file in place and returns its entry."""
         if self._temp is not None:
@@ -397,8 +465,11 @@ def _stage(sock: socket.socket, path: str, metadata: dict[str, str], user: User)
         raise OpError("invalid_argument", f"parent is not a directory: {parent}") from None
     except OSError as exc:
         raise from_oserror(exc, f"make directory {parent}") from None
-    suffix = TEMP_SUFFIX_WRITE if existing is not None else TEMP_SUFFIX_CREATE
-    temp = os.path.join(parent, f".{base[:200]}.{os.urandom(6).hex()}{suffix}")
+    kind = TempFlags(
+        created=existing is None,
+        metadata=bool(metadata) or (existing is not None and _has_metadata(target)),
+    )
+    temp = os.path.join(parent, f".{base[:200]}.{os.urandom(6).hex()}{kind.suffix()}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
         fd = os.open(temp, flags, 0o666)
@@ -419,6 +490,8 @@ def _stage(sock: socket.socket, path: str, metadata: dict[str, str], user: User)
             os.fchmod(fd, stat.S_IMODE(existing.st_mode))
             if os.geteuid() == 0:
                 os.fchown(fd, existing.st_uid, existing.st_gid)
+        elif os.fstat(fd).st_size == 0:
+            staged.mark_empty()
         _apply_metadata(fd, metadata, clear=False)
     except OSError as exc:
         staged.discard()

@@ -1,9 +1,12 @@
 """Directory watching with inotify (through ``ctypes``; the guest has no dependencies).
 
 Events are reported with ``name`` relative to the watched directory and a type among
-``create``, ``write``, ``remove``, ``rename``, ``chmod``. The temp files ``write_file`` uses are
-hidden: the rename that publishes one is reported as ``create`` + ``write`` (new file) or
-``write`` (replaced file), which is what a watcher of an in-place write would have seen.
+``create``, ``write``, ``remove``, ``rename``, ``chmod``. The temp files of the write
+operations are hidden: the rename that publishes one is reported as the events E2B's envd
+causes writing the file in place (:func:`published`), so clients that count a write's events
+see the same numbers. A client may ask for a *sync* (protocol.py): every event the kernel has
+queued until then is sent before the answer, so events of an operation that has returned are
+never still on their way.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import struct
 from typing import Any
 
 from ._errors import OpError, from_oserror
-from ._files import TEMP_SUFFIX_CREATE, is_temp_name
-from ._wire import send_json
+from ._files import TempFlags, is_temp_name, temp_flags
+from ._wire import FrameError, recv_frame, send_json
+from .protocol import Kind, decode_json, encode_json
 
 __all__ = ["watch"]
 
@@ -51,6 +55,7 @@ _MASK = (
 )
 _EVENT = struct.Struct("iIII")
 _MAX_PENDING_MOVES = 1024
+_MAX_SYNC_FRAME = 4096
 
 _libc: ctypes.CDLL | None = None
 
@@ -133,16 +138,14 @@ class _Watcher:
                 if len(self.moves) >= _MAX_PENDING_MOVES:
                     self.moves.clear()
                 self.moves[cookie] = name
+            elif mask & IN_MOVED_TO:
+                self.moves.pop(cookie, None)  # renamed to another temp name (flags added)
             return []
         out: list[dict[str, Any]] = []
         if mask & IN_MOVED_TO:
             source = self.moves.pop(cookie, None)
-            if source is None:
-                out.append(ev("create"))
-            elif source.endswith(TEMP_SUFFIX_CREATE):
-                out += [ev("create"), ev("write")]
-            else:
-                out.append(ev("write"))
+            flags = None if source is None else temp_flags(source)
+            out += [ev(kind) for kind in (["create"] if flags is None else published(flags))]
         if mask & IN_CREATE:
             out.append(ev("create"))
         if mask & (IN_CREATE | IN_MOVED_TO) and mask & IN_ISDIR and self.recursive:
@@ -161,9 +164,23 @@ class _Watcher:
         os.close(self.fd)
 
 
+def published(flags: TempFlags) -> list[str]:
+    """The events of a write published by renaming its temp file: those envd's in-place write
+    causes. A new file: created (``O_CREAT``), chowned to the user (chmod), written (write;
+    none for an empty file), then its metadata set (chmod, when it has any). A replaced file:
+    chowned (chmod), truncated and written (one write), then its metadata set or cleared."""
+    kinds = ["create", "chmod"] if flags.created else ["chmod"]
+    if not (flags.created and flags.empty):
+        kinds.append("write")
+    if flags.metadata:
+        kinds.append("chmod")
+    return kinds
+
+
 def watch(sock: socket.socket, path: str, recursive: bool) -> None:
-    """Answers ``{"ok": true}`` once the watches are in place, then streams events until the
-    client closes the connection (any byte from the client also ends the watch)."""
+    """Answers ``{"ok": true, "sync": true}`` once the watches are in place, then streams
+    events until the client closes the connection; a ``{"sync": N}`` frame from the client is
+    answered after every event queued so far, anything else ends the watch."""
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -173,19 +190,45 @@ def watch(sock: socket.socket, path: str, recursive: bool) -> None:
     watcher = _Watcher(path, recursive)
     try:
         watcher.add_tree(path, "")
-        send_json(sock, {"ok": True})
+        send_json(sock, {"ok": True, "sync": True})
         poller = select.poll()
         poller.register(watcher.fd, select.POLLIN)
         poller.register(sock.fileno(), select.POLLIN)
         while True:
             for fd, _ in poller.poll():
-                if fd != watcher.fd:
-                    return
-                try:
-                    data = os.read(watcher.fd, 64 * 1024)
-                except BlockingIOError:
+                if fd == watcher.fd:
+                    _report(watcher, sock)
                     continue
-                for event in watcher.translate(data):
-                    send_json(sock, event)
+                number = _sync_request(sock)
+                if number is None:
+                    return
+                _report(watcher, sock)
+                send_json(sock, {"ev": "synced", "n": number})
     finally:
         watcher.close()
+
+
+def _report(watcher: _Watcher, sock: socket.socket) -> None:
+    """Sends every event the kernel has queued for ``watcher``."""
+    while True:
+        try:
+            data = os.read(watcher.fd, 64 * 1024)
+        except BlockingIOError:
+            return
+        events = watcher.translate(data)
+        if events:
+            sock.sendall(b"".join(encode_json(event) for event in events))
+
+
+def _sync_request(sock: socket.socket) -> int | None:
+    """The number of the client's ``{"sync": N}``; None when it closed or sent anything else."""
+    try:
+        frame = recv_frame(sock, _MAX_SYNC_FRAME)
+        if frame is None or frame[0] != Kind.JSON:
+            return None
+        number = decode_json(frame[1]).get("sync")
+    except (FrameError, OSError, ValueError):
+        return None
+    if not isinstance(number, int) or isinstance(number, bool):
+        return None
+    return number

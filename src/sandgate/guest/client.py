@@ -421,10 +421,17 @@ class FileUpload(_OpenConnection):
 
 
 class WatchStream(_OpenConnection):
-    """File system events under a watched directory until closed."""
+    """File system events under a watched directory until closed.
 
-    def __init__(self, conn: _Connection) -> None:
+    :meth:`sync` (when ``can_sync``) waits until every event the kernel queued before the
+    call has been iterated; it needs another task iterating the stream meanwhile.
+    """
+
+    def __init__(self, conn: _Connection, *, can_sync: bool = False) -> None:
         self._conn: _Connection | None = conn
+        self.can_sync = can_sync
+        self._syncs: dict[int, asyncio.Future[None]] = {}
+        self._next_sync = 0
 
     def __aiter__(self) -> Self:
         return self
@@ -436,11 +443,45 @@ class WatchStream(_OpenConnection):
         try:
             while True:
                 message = await conn.read_json()
-                if message.get("ev") == "fs":
+                kind = message.get("ev")
+                if kind == "fs":
                     return FsEvent(str(message["name"]), str(message["type"]))
+                if kind == "synced":
+                    number = message.get("n")
+                    waiter = self._syncs.pop(number, None) if isinstance(number, int) else None
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(None)
         except BaseException:
             await self.aclose()
             raise
+
+    async def sync(self, timeout_s: float = UNARY_TIMEOUT_S) -> bool:
+        """Returns once the events queued in the sandbox before this call were iterated;
+        False (at once) if the guest cannot sync, or after ``timeout_s`` without an answer."""
+        conn = self._conn
+        if conn is None or not self.can_sync:
+            return False
+        self._next_sync += 1
+        number = self._next_sync
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._syncs[number] = waiter
+        try:
+            conn.writer.write(encode_json({"sync": number}))
+            await conn.writer.drain()
+            async with asyncio.timeout(timeout_s):
+                await waiter
+        except (OSError, TimeoutError, GuestError):
+            return False
+        finally:
+            self._syncs.pop(number, None)
+        return True
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        for waiter in self._syncs.values():
+            if not waiter.done():
+                waiter.set_exception(GuestUnavailable("the watch ended before its sync"))
+        self._syncs.clear()
 
 
 def _selector(pid: int | None, tag: str | None) -> dict[str, Any]:
@@ -631,16 +672,27 @@ class GuestClient:
         length: int | None = None,
     ) -> FileReader:
         """Opens a regular file for reading. Directories, FIFOs, sockets and devices are
-        ``invalid_argument``; a missing file is ``not_found``."""
+        ``invalid_argument``; a missing file is ``not_found``; a file the kernel generates
+        (procfs, sysfs) larger than the guest reads of one is ``invalid_argument`` with
+        reason ``too_large``."""
         request: dict[str, Any] = {"op": "read_file", "path": path, "offset": offset}
         if length is not None:
             request["length"] = length
         conn = await self._open(_with_user(request, user))
         try:
-            return FileReader(conn, await conn.read_reply())
+            # A file with no fixed size (procfs) is read whole before the answer; the read
+            # never blocks, so an answer that does not come means an unreachable guest.
+            async with asyncio.timeout(UNARY_TIMEOUT_S):
+                header = await conn.read_reply()
+        except TimeoutError:
+            conn.close()
+            raise GuestUnavailable(
+                f"the sandbox's guest did not answer within {UNARY_TIMEOUT_S:g}s"
+            ) from None
         except BaseException:
             conn.close()
             raise
+        return FileReader(conn, header)
 
     async def write_file(
         self,
@@ -694,11 +746,11 @@ class GuestClient:
         request = _with_user({"op": "watch", "path": path, "recursive": recursive}, user)
         conn = await self._open(request)
         try:
-            await conn.read_reply()
+            reply = await conn.read_reply()
         except BaseException:
             conn.close()
             raise
-        return WatchStream(conn)
+        return WatchStream(conn, can_sync=reply.get("sync") is True)
 
     # ---- ports
 

@@ -36,12 +36,17 @@ The first frame on a connection is the request, a JSON frame with ``op``. Replie
   before the start is ``{"ok": false, ...}``;
 * ``read_file`` answers ``{"ok": true, "size": N, "name": ..., "offset": O, "length": L}``
   (``size`` is the file's size, ``length`` the number of bytes that follow) then DATA frames
-  then EOF;
+  then EOF. A file the kernel generates (procfs, sysfs: ``_kernelfiles``) is read to its end
+  first, so ``size`` is what was read; one larger than ``MAX_UNSIZED`` is refused with reason
+  ``too_large``;
 * ``list_dir`` answers one or more ``{"ok": true, "entries": [...], "more": bool}`` frames
   (a large listing is split so that no frame exceeds :data:`MAX_FRAME`); the last has
   ``"more": false``;
-* ``watch`` answers ``{"ok": true}`` once its watches are in place, then ``{"ev": "fs", ...}``
-  frames until either side closes;
+* ``watch`` answers ``{"ok": true, "sync": true}`` once its watches are in place, then
+  ``{"ev": "fs", ...}`` frames until either side closes. The client may send
+  ``{"sync": N}``: the guest then reports every event the kernel has queued so far and answers
+  ``{"ev": "synced", "n": N}`` after them (a guest without ``"sync"`` in its answer does not
+  know this; anything else from the client ends the watch);
 * ``write_file``: the client sends the request, then DATA frames, then EOF; the guest
   answers once with the entry it wrote;
 * ``write_files``: for each file the client sends ``{"path": ...}``, its DATA frames and
@@ -81,6 +86,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "PTY_CHUNK",
     "SUDO_SOCKET",
+    "TOO_LARGE",
     "Kind",
     "decode_json",
     "encode_frame",
@@ -127,7 +133,10 @@ ERROR_CODES: Final = frozenset(
 #: ``reason`` of an error reply: the write does not fit the sandbox's disk (ENOSPC, EDQUOT, or
 #: EFBIG from a file-size rlimit set to the disk size); its code is ``resource_exhausted``.
 DISK_FULL: Final = "disk_full"
-ERROR_REASONS: Final = frozenset({DISK_FULL})
+#: ``reason`` of an error reply: a file with no fixed size (procfs, sysfs) yields more than the
+#: guest reads of one; its code is ``invalid_argument``.
+TOO_LARGE: Final = "too_large"
+ERROR_REASONS: Final = frozenset({DISK_FULL, TOO_LARGE})
 
 
 class Kind:

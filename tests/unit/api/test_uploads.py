@@ -11,17 +11,18 @@ from collections.abc import AsyncIterator, Iterable
 import pytest
 
 from sandgate.api.e2b.guest_rpc import guest_failure
-from sandgate.api.e2b.uploads import _gunzip
+from sandgate.api.e2b.uploads import _Data, _gunzip, _Parts, _PartStart, _target
 from sandgate.errors import (
     DiskFull,
     Forbidden,
     InvalidRequest,
+    LimitExceeded,
     NotFound,
     QuotaExceeded,
     SandboxUnavailable,
 )
 from sandgate.guest.client import GuestError, GuestUnavailable
-from sandgate.guest.protocol import DISK_FULL
+from sandgate.guest.protocol import DISK_FULL, TOO_LARGE
 
 MiB = 1024 * 1024
 
@@ -97,6 +98,7 @@ def test_guest_failures_map_to_one_status_each() -> None:
             GuestError("invalid_argument", "path is a directory: /x"),
             GuestError("permission_denied", "cannot create /x"),
             GuestError("not_found", "missing"),
+            GuestError("invalid_argument", "/proc/x yields more than 16 MiB", TOO_LARGE),
             GuestUnavailable("cannot connect to the guest at /host/path/guest.sock"),
         ]
     ) == [
@@ -105,7 +107,25 @@ def test_guest_failures_map_to_one_status_each() -> None:
         (InvalidRequest, 400, "invalid_request"),
         (Forbidden, 403, "forbidden"),
         (NotFound, 404, "not_found"),
+        (LimitExceeded, 400, "limit_exceeded"),
         (SandboxUnavailable, 502, "sandbox_unavailable"),
     ]
     unreachable = guest_failure(GuestUnavailable("cannot connect to the guest at /host/x.sock"))
     assert "/host" not in unreachable.message  # host paths stay on the host
+
+
+def test_a_file_part_without_filename_is_the_file_the_query_path_names() -> None:
+    """What JS users send with ``FormData.append("file", text)`` to a signed upload URL: a
+    plain field, no filename. ``?path`` names its file (as envd); without one, a clear 400."""
+    body = b'--B\r\nContent-Disposition: form-data; name="file"\r\n\r\nplain text\r\n--B--\r\n'
+    for size in (len(body), 7, 1):  # however the body is cut into chunks
+        parts = _Parts(b"B", max_parts=10)
+        pieces = [body[start : start + size] for start in range(0, len(body), size)]
+        events = [event for piece in pieces for event in parts.feed(piece)]
+        assert events[0] == _PartStart("file", None) and parts.done
+        assert b"".join(e.data for e in events if isinstance(e, _Data)) == b"plain text"
+    assert _target(None, "/home/user/x.txt", 0) == "/home/user/x.txt"
+    assert _target("", "/home/user/x.txt", 0) == "/home/user/x.txt"
+    with pytest.raises(InvalidRequest) as info:
+        _target(None, None, 0)
+    assert info.value.status == 400 and "?path" in info.value.message

@@ -6,11 +6,13 @@ import asyncio
 import os
 import stat
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import pytest
 
+from sandgate.guest._files import TempFlags, temp_flags
+from sandgate.guest._inotify import published
 from sandgate.guest.client import FsEvent, GuestError
 
 from .conftest import RunningGuest
@@ -278,7 +280,7 @@ def test_special_files_are_refused_promptly(guest: RunningGuest, workdir: Path) 
         for path, code in (
             (str(fifo), "invalid_argument"),
             ("/dev/zero", "invalid_argument"),
-            ("/proc/self/environ", "invalid_argument"),
+            ("/proc/self/mem", "invalid_argument"),
             (str(workdir), "invalid_argument"),
             (str(workdir / "absent"), "not_found"),
         ):
@@ -292,6 +294,128 @@ def test_special_files_are_refused_promptly(guest: RunningGuest, workdir: Path) 
     started = time.monotonic()
     run(body())
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.timeout(20)
+def test_kernel_files_are_read_to_their_end(guest: RunningGuest) -> None:
+    """procfs and sysfs files report no useful size (0; 4096 for any sysfs attribute): they
+    are read whole, then sent with the size read. Ranges apply to what was read."""
+    boot_id_path = "/proc/sys/kernel/random/boot_id"
+    mtu = Path("/sys/class/net/lo/mtu")
+    assert mtu.stat().st_size == 4096 and len(mtu.read_bytes()) < 4096  # what makes it hard
+
+    async def body() -> None:
+        boot_id = Path(boot_id_path).read_bytes()
+        reader = await guest.client.read_file(boot_id_path)
+        assert (reader.size, await reader.read_all()) == (len(boot_id), boot_id)
+        reader = await guest.client.read_file(str(mtu))
+        assert (reader.size, await reader.read_all()) == (len(mtu.read_bytes()), mtu.read_bytes())
+        reader = await guest.client.read_file(boot_id_path, offset=9, length=4)
+        assert (reader.offset, reader.length, await reader.read_all()) == (9, 4, boot_id[9:13])
+        reader = await guest.client.read_file(boot_id_path, offset=1000)
+        assert (reader.size, reader.length, await reader.read_all()) == (len(boot_id), 0, b"")
+        status = await (await guest.client.read_file("/proc/self/status")).read_all()
+        assert status.startswith(b"Name:") and b"\nUid:" in status
+        # Not data at all: a clear refusal. Without end: refused at the cap, not streamed.
+        with pytest.raises(GuestError) as info:
+            await guest.client.read_file("/proc/self/mem")
+        assert _code(info) == "invalid_argument" and "not serve" in info.value.message
+        with pytest.raises(GuestError) as info:
+            await guest.client.read_file("/proc/self/pagemap")
+        assert (_code(info), info.value.reason) == ("invalid_argument", "too_large")
+        assert "16 MiB" in info.value.message
+
+    run(body())
+
+
+def test_watch_reports_envds_events_for_each_kind_of_write(
+    guest: RunningGuest, workdir: Path
+) -> None:
+    """Each write through the files API is reported as envd's in-place write: a new file is
+    created, chowned (chmod) and written; an overwrite chowned and written; an empty new file
+    gets no write; metadata set or cleared adds a chmod. The temp file never shows, and a
+    sync returns only after every event of a write that returned."""
+
+    async def body() -> None:
+        stream = await guest.client.watch(str(workdir))
+        assert stream.can_sync
+        seen: list[FsEvent] = []
+
+        async def pump() -> None:
+            async for event in stream:
+                seen.append(event)
+
+        async def events_of(write: Awaitable[object]) -> list[tuple[str, str]]:
+            await write
+            assert await stream.sync()
+            found = [(event.name, event.type) for event in seen]
+            seen.clear()
+            return found
+
+        task = asyncio.create_task(pump())
+        client, d = guest.client, str(workdir)
+        try:
+            assert await events_of(client.write_file(f"{d}/a", b"1")) == [
+                ("a", "create"),
+                ("a", "chmod"),
+                ("a", "write"),
+            ]
+            assert await events_of(client.write_file(f"{d}/a", b"2")) == [
+                ("a", "chmod"),
+                ("a", "write"),
+            ]
+            assert await events_of(client.write_file(f"{d}/e", b"")) == [
+                ("e", "create"),
+                ("e", "chmod"),
+            ]
+            assert await events_of(client.write_file(f"{d}/e", b"")) == [
+                ("e", "chmod"),
+                ("e", "write"),
+            ]
+            assert await events_of(client.write_file(f"{d}/m", b"x", metadata={"k": "v"})) == [
+                ("m", "create"),
+                ("m", "chmod"),
+                ("m", "write"),
+                ("m", "chmod"),
+            ]
+            assert await events_of(client.write_file(f"{d}/m", b"y")) == [  # clears it
+                ("m", "chmod"),
+                ("m", "write"),
+                ("m", "chmod"),
+            ]
+
+            async def two_files() -> None:
+                async with await client.upload() as upload:
+                    for name in ("x", "y"):
+                        await upload.begin(f"{d}/{name}")
+                        await upload.write(name.encode())
+                        await upload.end()
+                    await upload.commit()
+
+            assert await events_of(two_files()) == [
+                (name, kind) for name in ("x", "y") for kind in ("create", "chmod", "write")
+            ]
+            assert not [name for name in os.listdir(workdir) if ".sgtmp" in name]
+        finally:
+            task.cancel()
+            await stream.aclose()
+
+    run(body())
+
+
+def test_temp_names_carry_what_the_watcher_reports() -> None:
+    for flags, events in (
+        (TempFlags(created=True), ["create", "chmod", "write"]),
+        (TempFlags(created=True, empty=True), ["create", "chmod"]),
+        (TempFlags(created=True, metadata=True), ["create", "chmod", "write", "chmod"]),
+        (TempFlags(created=False), ["chmod", "write"]),
+        (TempFlags(created=False, metadata=True), ["chmod", "write", "chmod"]),
+    ):
+        name = f".report.txt.0a1b2c{flags.suffix()}"
+        assert temp_flags(name) == flags and temp_flags(f"/d/{name}") == flags
+        assert published(flags) == events
+    for other in ("report.txt.sgtmp-c", ".sgtmp-c", ".x.sgtmp-", ".x.sgtmp-q", ".x.sgtmp-cx"):
+        assert temp_flags(other) is None, other
 
 
 def test_watch_events(guest: RunningGuest, workdir: Path) -> None:

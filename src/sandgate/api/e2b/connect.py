@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import struct
 from collections.abc import AsyncIterator
 from typing import Any, Final
@@ -30,8 +31,10 @@ from sandgate.strictjson import CODE, StrictJsonError, loads_object
 __all__ = [
     "STREAM_CONTENT_TYPE",
     "RpcError",
+    "StreamDropped",
     "envelope",
     "json_bytes",
+    "quiet_dropped_streams",
     "read_stream_messages",
     "read_stream_request",
     "read_unary_request",
@@ -56,6 +59,33 @@ class RpcError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class StreamDropped(Exception):
+    """Raised inside a stream's messages to end the response without its end-of-stream
+    envelope: the connection closes mid-body, as when the machine behind envd vanishes.
+
+    Why: that is how every pinned client recognises a killed sandbox. A dropped stream makes
+    it probe ``/health``; a 502 there and it reports "The sandbox was killed or reached its end
+    of life while the request was in flight". An end-of-stream ``unavailable`` cannot say that
+    to all of them (the JS SDKs and Python 2.31 read it as a generic sandbox timeout).
+    """
+
+
+class _DroppedStreamsFilter(logging.Filter):
+    """The server logs an exception that ends a response as a failure; a dropped stream is a
+    decision (``StreamDropped``), already logged where it was made."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, StreamDropped)
+
+
+def quiet_dropped_streams(logger_name: str = "uvicorn.error") -> None:
+    """Keeps ``StreamDropped`` out of the ASGI server's error log; idempotent."""
+    logger = logging.getLogger(logger_name)
+    if not any(isinstance(f, _DroppedStreamsFilter) for f in logger.filters):
+        logger.addFilter(_DroppedStreamsFilter())
 
 
 def json_bytes(message: Any) -> bytes:
@@ -190,11 +220,11 @@ async def read_stream_messages(request: Request) -> AsyncIterator[dict[str, Any]
 
 
 def stream_response(messages: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
-    """Streams ``messages`` as envelopes and always finishes with end-of-stream.
+    """Streams ``messages`` as envelopes and finishes with end-of-stream.
 
-    An ``RpcError`` raised by ``messages`` becomes the end-of-stream error. Any other
-    exception drops the connection (the client then probes ``/health``), which is what a
-    sandbox vanishing mid-stream must look like.
+    An ``RpcError`` raised by ``messages`` becomes the end-of-stream error. ``StreamDropped``
+    (or any other exception) drops the connection instead (the client then probes
+    ``/health``), which is what a sandbox vanishing mid-stream must look like.
     """
 
     async def body() -> AsyncIterator[bytes]:

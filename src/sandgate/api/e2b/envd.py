@@ -14,6 +14,7 @@ from starlette.routing import Route
 from sandgate.api.e2b.connect import (
     STREAM_CONTENT_TYPE,
     RpcError,
+    quiet_dropped_streams,
     rpc_error_response,
     stream_error_response,
 )
@@ -65,6 +66,7 @@ async def envs(request: Request) -> Response:
 
 
 def build_envd_app(uploads: UploadLimits) -> Starlette:
+    quiet_dropped_streams()
     return Starlette(
         routes=[
             Route("/health", health, methods=["GET"]),

@@ -26,7 +26,7 @@ from sandgate.api.e2b.connect import (
     stream_response,
     with_keepalive,
 )
-from sandgate.api.e2b.guest_rpc import guest_of, unary_call
+from sandgate.api.e2b.guest_rpc import guest_of, stream_failure, unary_call
 from sandgate.api.e2b.process import keepalive_interval, timeout_ms
 from sandgate.api.e2b.users import request_user
 from sandgate.guest.client import (
@@ -53,6 +53,9 @@ _KEEPALIVE: dict[str, Any] = {"keepalive": {}}
 #: Events kept per polling watcher (Python's sync SDK) between two polls.
 _WATCHER_BUFFER = 10_000
 _MAX_WATCHERS = 64
+#: Longest a poll waits for the guest to report what it has queued (it answers at once unless
+#: the sandbox is frozen or gone; the poll then answers with what it has).
+_SYNC_WAIT_S = 5.0
 _FIRST_EVENT_WAIT_S = 0.05
 _MORE_EVENTS_WAIT_S = 0.005
 
@@ -220,7 +223,7 @@ async def watch_dir(request: Request) -> Response:
             async for event in stream:
                 yield {"filesystem": await _event(event, entries)}
         except GuestError as exc:
-            raise RpcError(exc.code, exc.message) from None
+            raise await stream_failure(request, exc) from None
         finally:
             await stream.aclose()
 
@@ -261,12 +264,14 @@ def _watcher(request: Request, m: dict[str, Any]) -> tuple[str, _Watcher]:
 async def get_watcher_events(request: Request) -> Response:
     async def call(m: dict[str, Any]) -> dict[str, Any]:
         _, watcher = _watcher(request, m)
-        # inotify events of a write that just returned may still be on their way from the
-        # guest: give them a short, bounded moment to arrive before answering.
-        if not watcher.events:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(watcher.arrived.wait(), _FIRST_EVENT_WAIT_S)
-        await asyncio.sleep(_MORE_EVENTS_WAIT_S)
+        # Events of a write that just returned may still be on their way from the guest: a
+        # sync brings every event the kernel queued before it (clients count a write's events
+        # right after it). A guest too old to sync gets a short, bounded moment instead.
+        if not await watcher.stream.sync(_SYNC_WAIT_S):
+            if not watcher.events:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(watcher.arrived.wait(), _FIRST_EVENT_WAIT_S)
+            await asyncio.sleep(_MORE_EVENTS_WAIT_S)
         watcher.arrived.clear()
         events, watcher.events = watcher.events, []
         if not events and watcher.error is not None:

@@ -1,21 +1,24 @@
 """What envd handlers share: the sandbox's guest, unary calls whose guest errors become
-Connect errors (the guest already speaks Connect's error codes), and the translation of a
-guest's refusal into Sandgate's error tree for the plain-HTTP endpoints."""
+Connect errors (the guest already speaks Connect's error codes), the end of a stream whose
+guest went away, and the translation of a guest's refusal into Sandgate's error tree for the
+plain-HTTP endpoints."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sandgate.api.e2b.connect import RpcError, read_unary_request, unary_response
+from sandgate.api.e2b.connect import RpcError, StreamDropped, read_unary_request, unary_response
 from sandgate.errors import (
     Conflict,
     DiskFull,
     Forbidden,
     InvalidRequest,
+    LimitExceeded,
     NotFound,
     QuotaExceeded,
     SandboxUnavailable,
@@ -23,9 +26,14 @@ from sandgate.errors import (
     Unauthenticated,
 )
 from sandgate.guest.client import GuestClient, GuestError, GuestUnavailable
-from sandgate.guest.protocol import DISK_FULL
+from sandgate.guest.protocol import DISK_FULL, TOO_LARGE
 
-__all__ = ["guest_failure", "guest_of", "unary_call"]
+__all__ = ["guest_failure", "guest_of", "stream_failure", "unary_call"]
+
+log = structlog.get_logger("sandgate.api.e2b")
+
+#: How long a stream whose guest connection broke waits for the guest to answer a ping.
+_ALIVE_CHECK_S: Final = 2.0
 
 #: Guest protocol code → Sandgate error; the status of each is set once, in errors.py.
 _BY_CODE: Final[dict[str, type[SandgateError]]] = {
@@ -38,7 +46,7 @@ _BY_CODE: Final[dict[str, type[SandgateError]]] = {
     "resource_exhausted": QuotaExceeded,
     "unavailable": SandboxUnavailable,
 }
-_BY_REASON: Final[dict[str, type[SandgateError]]] = {DISK_FULL: DiskFull}
+_BY_REASON: Final[dict[str, type[SandgateError]]] = {DISK_FULL: DiskFull, TOO_LARGE: LimitExceeded}
 
 
 def guest_of(request: Request) -> GuestClient:
@@ -55,6 +63,21 @@ def guest_failure(exc: GuestError) -> SandgateError:
         return SandboxUnavailable("the sandbox is not reachable: it stopped or is being killed")
     kind = _BY_REASON.get(exc.reason or "") or _BY_CODE.get(exc.code, SandgateError)
     return kind(exc.message)
+
+
+async def stream_failure(request: Request, error: GuestError) -> RpcError:
+    """What ends a stream (process output, a watch) that failed with ``error``: the Connect
+    error to send, or, when the guest connection broke and the guest no longer answers (the
+    sandbox was killed or died), :class:`StreamDropped` is raised so that the connection drops
+    as envd's would, and clients report the sandbox as killed."""
+    if isinstance(error, GuestUnavailable):
+        try:
+            await guest_of(request).ping(timeout_s=_ALIVE_CHECK_S)
+        except GuestError:
+            sandbox_id = request.scope["sandgate.route"].sandbox_id
+            log.info("e2b.stream_dropped", sandbox_id=sandbox_id, reason="sandbox gone")
+            raise StreamDropped(f"sandbox {sandbox_id} is gone") from None
+    return RpcError(error.code, error.message)
 
 
 async def unary_call(

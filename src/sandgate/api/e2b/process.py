@@ -25,7 +25,7 @@ from sandgate.api.e2b.connect import (
     stream_response,
     with_keepalive,
 )
-from sandgate.api.e2b.guest_rpc import guest_of, unary_call
+from sandgate.api.e2b.guest_rpc import guest_of, stream_failure, unary_call
 from sandgate.api.e2b.users import request_user
 from sandgate.guest.client import (
     Ended,
@@ -100,15 +100,16 @@ def _event(item: Started | Output | Ended) -> dict[str, Any]:
     return {"event": {"end": end}}
 
 
-async def _events(stream: ProcessStream) -> AsyncIterator[dict[str, Any]]:
-    """Translates guest events; a timed-out process ends the stream with deadline_exceeded."""
+async def _events(request: Request, stream: ProcessStream) -> AsyncIterator[dict[str, Any]]:
+    """Translates guest events; a timed-out process ends the stream with deadline_exceeded;
+    a sandbox killed meanwhile drops the connection (``stream_failure``)."""
     try:
         async for item in stream:
             if isinstance(item, Ended) and item.timed_out:
                 raise RpcError("deadline_exceeded", "command timed out: the process was killed")
             yield _event(item)
     except GuestError as exc:
-        raise RpcError(exc.code, exc.message) from None
+        raise await stream_failure(request, exc) from None
     finally:
         await stream.aclose()
 
@@ -152,7 +153,7 @@ async def _stream_call(
         raise RpcError(exc.code, exc.message) from None
     return stream_response(
         with_keepalive(
-            _events(stream),
+            _events(request, stream),
             keepalive_interval(request),
             _KEEPALIVE,
             deadline_ms=timeout_ms(request) if bounded else 0,

@@ -255,7 +255,10 @@ def _target(filename: str | None, single_path: str | None, earlier: int) -> str:
             )
         return _path(single_path)
     if not filename:
-        raise InvalidRequest("each 'file' part needs a filename: the path to write")
+        raise InvalidRequest(
+            "a 'file' part without a filename needs the upload's ?path: give the upload URL "
+            "a path, or each part its destination path as filename"
+        )
     return _path(filename)
 
 
