@@ -99,8 +99,9 @@ class Application:
             build_control_router(
                 self.sandboxes,
                 store,
-                config.server.domain,
+                config.server.sandbox_domain,
                 reaches_internet=self.egress_hook.reaches_internet,
+                public_traffic=config.sandbox.allow_public_traffic,
             )
         )
         control.include_router(build_v1_router(self.gateway, store))
