@@ -28,7 +28,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,10 +128,12 @@ class PreparedClient:
         args: Sequence[str] = (),
         *,
         timeout: float = _SCRIPT_TIMEOUT_S,
+        wrap: Callable[[list[str]], list[str]] | None = None,
     ) -> dict[str, Any]:
         """Runs a scenario and returns the JSON object on its last stdout line.
 
         ``env`` is laid over a scrubbed copy of the test's environment (see ``_INHERITED_ENV``).
+        ``wrap`` rewrites the command line (to run it where test names resolve, for example).
         Raises ``AssertionError`` with the script's stdout and stderr when it exits non-zero,
         times out, or prints no JSON object last.
         """
@@ -144,6 +146,8 @@ class PreparedClient:
             cwd = self.root
         full_env.update(env)
         argv = self.command(script_name, [str(a) for a in args])
+        if wrap is not None:
+            argv = wrap(argv)
         try:
             proc = subprocess.run(
                 argv,

@@ -1,0 +1,85 @@
+"""HTTPS hosts out of the box (issue 13): ``sandgate serve --tls`` with its local CA, and the
+official SDKs at the floor and ceiling pins using only what ``sandgate env`` prints, minus the
+URL overrides: E2B's own host scheme (``api.<domain>``, ``49983-<id>.<domain>``,
+``49999-<id>.<domain>``, ``get_host()``) over TLS, names resolved to loopback for the client
+alone (``tests/fixtures/loopback_dns.py``). On both runtimes."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.fixtures.loopback_dns import LoopbackDNS
+from tests.fixtures.server import SANDBOX_DOMAIN, RunningServer
+
+from .clients import PreparedClient
+
+pytestmark = pytest.mark.compat
+
+
+def printed_env(server: RunningServer) -> dict[str, str]:
+    """What ``sandgate env`` tells a shell to export, run as ``serve`` says (its ``--port``
+    passed on as ``SANDGATE_SERVER__PORT``)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "sandgate", "env"],
+        env={**server.server_env, "SANDGATE_SERVER__PORT": str(server.port)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    found: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("export "):
+            name, _, value = line.removeprefix("export ").partition("=")
+            found[name] = shlex.split(value)[0] if value else ""
+    return found
+
+
+@pytest.fixture(scope="session")
+def tls_server(runtime_server_factory: Callable[..., RunningServer]) -> RunningServer:
+    return runtime_server_factory(tls=True)
+
+
+@pytest.fixture(scope="session")
+def names_to_loopback() -> Iterator[LoopbackDNS]:
+    dns = LoopbackDNS(SANDBOX_DOMAIN)
+    yield dns
+    dns.close()
+
+
+def test_sandgate_env_prints_the_host_scheme_and_the_trust(tls_server: RunningServer) -> None:
+    env = printed_env(tls_server)
+    home = tls_server.home
+    assert env["E2B_DOMAIN"] == f"{SANDBOX_DOMAIN}:{tls_server.port}"
+    assert env["E2B_API_URL"] == env["E2B_SANDBOX_URL"] == f"https://127.0.0.1:{tls_server.port}"
+    assert env["NODE_EXTRA_CA_CERTS"] == str(home / "tls" / "ca.pem")
+    assert env["SSL_CERT_FILE"] == env["REQUESTS_CA_BUNDLE"] == str(home / "tls" / "ca-bundle.pem")
+    assert (home / "tls" / "ca.pem").read_bytes() in (home / "tls" / "ca-bundle.pem").read_bytes()
+
+
+def test_the_e2b_host_scheme_works_over_tls(
+    client: PreparedClient, tls_server: RunningServer, names_to_loopback: LoopbackDNS
+) -> None:
+    env = printed_env(tls_server)
+    # Nothing but the key, the domain and the trust: every URL comes from the host scheme.
+    del env["E2B_API_URL"], env["E2B_SANDBOX_URL"]
+    out = client.run("https_hosts", env, wrap=names_to_loopback.wrap)
+    domain = f"{SANDBOX_DOMAIN}:{tls_server.port}"
+    assert out["no_urls_given"] is True
+    assert out["envd_url"].startswith("https://49983-") and out["envd_url"].endswith(domain)
+    assert out["command"]["stdout"] == "over-tls\n"
+    assert out["file"] == "served over https"
+    assert out["run_code"] == {"ok": True, "value": "42"}
+    assert out["host"].startswith("8000-") and out["host"].endswith(domain)
+    assert out["get_host"] == {"status": 200, "body": "served over https"}
+    assert out["get_host_without_token"] == 401
+    assert out["download_url"] == f"https://49983-{out['envd_url'][14:]}/files" or out[
+        "download_url"
+    ].startswith("https://49983-")
+    assert out["download"] == "served over https"
+    assert out["killed"]["ok"] is True
