@@ -84,6 +84,12 @@ FRAMEWORKS: tuple[ClientSpec, ...] = (
     ClientSpec("py-e2b-haystack-2.0.0", "python", CLIENTS_DIR / "python" / "e2b-haystack-2.0.0"),
 )
 
+#: E2B's MCP server (PyPI ``e2b-mcp-server``, on E2B SDK 1.x), driven over stdio by the MCP
+#: client of its own environment (``test_mcp_server.py``).
+E2B_MCP_SERVER = ClientSpec(
+    "py-e2b-mcp-server-0.1.1", "python", CLIENTS_DIR / "python" / "e2b-mcp-server-0.1.1"
+)
+
 
 @dataclass(frozen=True)
 class PreparedClient:
@@ -182,7 +188,7 @@ class PreparedClient:
 
 
 def spec_named(name: str) -> ClientSpec:
-    known = (*CLIENTS, *FRAMEWORKS)
+    known = (*CLIENTS, *FRAMEWORKS, E2B_MCP_SERVER)
     for spec in known:
         if spec.name == name:
             return spec
@@ -212,7 +218,7 @@ def prepare(spec: ClientSpec, cache_root: Path = CACHE_ROOT) -> PreparedClient:
 
 
 def prepare_all(cache_root: Path = CACHE_ROOT) -> list[PreparedClient]:
-    return [prepare(spec, cache_root) for spec in (*CLIENTS, *FRAMEWORKS)]
+    return [prepare(spec, cache_root) for spec in (*CLIENTS, *FRAMEWORKS, E2B_MCP_SERVER)]
 
 
 def _prepare_python(client: PreparedClient) -> None:

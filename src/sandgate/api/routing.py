@@ -69,7 +69,9 @@ _UNAUTHORIZED: Final = (
 )
 _PRIVATE_PORT: Final = (
     "this sandbox's ports are private: send its trafficAccessToken in the "
-    "E2B-Traffic-Access-Token header (or create it with network.allowPublicTraffic=true)"
+    "E2B-Traffic-Access-Token header (or create it with network.allowPublicTraffic=true; "
+    "for clients that cannot send the token, such as E2B SDK 1.x, the operator can make "
+    "public the default with sandbox.allow_public_traffic)"
 )
 
 
