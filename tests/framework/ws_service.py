@@ -20,7 +20,6 @@ from __future__ import annotations
 import io
 import tarfile
 from pathlib import Path
-from typing import Any
 
 import httpx
 import websockets
@@ -29,7 +28,7 @@ from tests.framework.sandbox_http import SandboxHttp, wait_for
 
 WS_PORT = 9100
 
-SERVER = r"""
+_SERVER = r"""
 import asyncio, json, sys
 sys.path.insert(0, "/home/user/wslib")
 from websockets.asyncio.server import serve
@@ -66,11 +65,18 @@ async def handler(ws):
 async def main():
     async with serve(handler, "127.0.0.1", PORT, subprotocols=["chat.v1"],
                      select_subprotocol=lambda ws, offered: next(iter(offered), None),
-                     process_request=refuse, max_size=None, ping_interval=None):
+                     process_request=refuse, max_size=None, ping_interval=None,
+                     compression=None):
         await asyncio.Future()
 
 asyncio.run(main())
-""".replace("PORT", str(WS_PORT))
+"""
+
+
+def server_source(port: int = WS_PORT) -> str:
+    """The service's script, listening on ``127.0.0.1:port`` (the benchmark also runs it on
+    the host, as the direct baseline)."""
+    return _SERVER.replace("PORT", str(port))
 
 
 def _library_tarball() -> bytes:
@@ -89,7 +95,7 @@ def start_ws_service(sandbox: SandboxHttp) -> None:
     """Copies ``websockets`` in, starts the service and waits until it accepts upgrades."""
     response = sandbox.put_file("/home/user/wslib.tgz", _library_tarball())
     assert response.status_code == 200, response.text
-    sandbox.put_file("/home/user/ws_server.py", SERVER.encode())
+    sandbox.put_file("/home/user/ws_server.py", server_source().encode())
     sandbox.sh(
         "mkdir -p /home/user/wslib && tar xzf /home/user/wslib.tgz -C /home/user/wslib && "
         "(nohup python3 /home/user/ws_server.py >/home/user/ws.log 2>&1 &)"
@@ -110,7 +116,3 @@ def routing_headers(sandbox: SandboxHttp, port: int = WS_PORT) -> dict[str, str]
 
 def ws_url(base: str, path: str) -> str:
     return base.replace("http://", "ws://").replace("https://", "wss://") + path
-
-
-def host_header(sandbox: SandboxHttp, domain: str, port: int = WS_PORT) -> dict[str, Any]:
-    return {"Host": f"{port}-{sandbox.sandbox_id}.{domain}"}
