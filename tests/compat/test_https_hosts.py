@@ -10,13 +10,14 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from tests.fixtures.loopback_dns import LoopbackDNS
 from tests.fixtures.server import SANDBOX_DOMAIN, RunningServer
 
-from .clients import PreparedClient
+from .clients import PreparedClient, prepare, spec_named
 
 pytestmark = pytest.mark.compat
 
@@ -65,6 +66,22 @@ def test_sandgate_env_prints_the_host_scheme_and_the_trust(tls_server: RunningSe
 def test_the_e2b_host_scheme_works_over_tls(
     client: PreparedClient, tls_server: RunningServer, names_to_loopback: LoopbackDNS
 ) -> None:
+    _check_host_scheme(client, tls_server, names_to_loopback)
+
+
+def test_the_floor_code_interpreter_reaches_jupyter_over_tls(
+    tls_server: RunningServer, names_to_loopback: LoopbackDNS
+) -> None:
+    """``e2b-code-interpreter`` 2.8.1 (the floor pin; the OpenAI Agents SDK's lock holds it
+    with ``e2b`` 2.31.0) knows no URL override for Jupyter: only ``49999-<id>.<domain>``."""
+    floor = prepare(spec_named("py-openai-agents-0.24.0"))
+    out = _check_host_scheme(floor, tls_server, names_to_loopback)
+    assert out["versions"]["e2b-code-interpreter"] == "2.8.1"
+
+
+def _check_host_scheme(
+    client: PreparedClient, tls_server: RunningServer, names_to_loopback: LoopbackDNS
+) -> dict[str, Any]:
     env = printed_env(tls_server)
     # Nothing but the key, the domain and the trust: every URL comes from the host scheme.
     del env["E2B_API_URL"], env["E2B_SANDBOX_URL"]
@@ -78,8 +95,7 @@ def test_the_e2b_host_scheme_works_over_tls(
     assert out["host"].startswith("8000-") and out["host"].endswith(domain)
     assert out["get_host"] == {"status": 200, "body": "served over https"}
     assert out["get_host_without_token"] == 401
-    assert out["download_url"] == f"https://49983-{out['envd_url'][14:]}/files" or out[
-        "download_url"
-    ].startswith("https://49983-")
+    assert out["download_url"] == out["envd_url"] + "/files"
     assert out["download"] == "served over https"
     assert out["killed"]["ok"] is True
+    return out
