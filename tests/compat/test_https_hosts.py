@@ -7,15 +7,22 @@ alone (``tests/fixtures/loopback_dns.py``). On both runtimes."""
 from __future__ import annotations
 
 import shlex
+import socket
+import ssl
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from tests.fixtures.loopback_dns import LoopbackDNS
 from tests.fixtures.server import SANDBOX_DOMAIN, RunningServer
+from tests.framework.ws_service import library_tarball, server_source
 
 from .clients import PreparedClient, prepare, spec_named
 
@@ -99,3 +106,47 @@ def _check_host_scheme(
     assert out["download"] == "served over https"
     assert out["killed"]["ok"] is True
     return out
+
+
+def test_websockets_reach_a_sandbox_service_over_tls(
+    client: PreparedClient,
+    tls_server: RunningServer,
+    names_to_loopback: LoopbackDNS,
+    tmp_path: Path,
+) -> None:
+    """The SDK starts a WebSocket service and hands out ``get_host(port)`` and the traffic
+    token; a WebSocket client reaches ``wss://<host>`` with the token (and not without)."""
+    env = printed_env(tls_server)
+    tarball, script = tmp_path / "wslib.tgz", tmp_path / "ws_server.py"
+    tarball.write_bytes(library_tarball())
+    script.write_text(server_source())
+    out = client.run("ws_service", env, [str(tarball), str(script)], wrap=names_to_loopback.wrap)
+    trust = ssl.create_default_context(cafile=env["NODE_EXTRA_CA_CERTS"])
+    try:
+        assert out["unpack"]["exit_code"] == 0 and out["listening"] is True, out
+        assert out["host"].endswith(f".{SANDBOX_DOMAIN}:{tls_server.port}")
+
+        def open_ws(headers: dict[str, str]) -> Any:
+            sock = socket.create_connection(("127.0.0.1", tls_server.port))
+            return connect(
+                f"wss://{out['host']}/echo",
+                sock=sock,
+                ssl=trust,
+                additional_headers=headers,
+                open_timeout=30,
+            )
+
+        with open_ws({"E2B-Traffic-Access-Token": out["token"]}) as ws:
+            ws.send("over wss")
+            assert ws.recv(timeout=30) == "over wss"
+            ws.send(b"\x00\x01")
+            assert ws.recv(timeout=30) == b"\x00\x01"
+        with pytest.raises(InvalidStatus) as refused:
+            open_ws({})
+        assert refused.value.response.status_code == 401
+    finally:
+        httpx.delete(
+            f"{tls_server.url}/sandboxes/{out['sandbox_id']}",
+            headers={"X-API-Key": tls_server.api_key},
+            verify=trust,
+        )

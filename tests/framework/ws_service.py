@@ -79,6 +79,11 @@ def server_source(port: int = WS_PORT) -> str:
     return _SERVER.replace("PORT", str(port))
 
 
+def library_tarball() -> bytes:
+    """The test venv's ``websockets`` package as a gzip tarball (``websockets/...``)."""
+    return _library_tarball()
+
+
 def _library_tarball() -> bytes:
     source = Path(websockets.__file__).parent
     buffer = io.BytesIO()
