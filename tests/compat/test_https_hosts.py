@@ -30,11 +30,15 @@ pytestmark = pytest.mark.compat
 
 
 def printed_env(server: RunningServer) -> dict[str, str]:
-    """What ``sandgate env`` tells a shell to export, run as ``serve`` says (its ``--port``
-    passed on as ``SANDGATE_SERVER__PORT``)."""
+    """What ``sandgate env`` tells a shell to export, run as ``serve`` says to (its flags
+    passed on as variables: ``--port``, ``--tls``)."""
+    flags = {"SANDGATE_SERVER__PORT": str(server.port)}
+    if "--tls" in server.args:
+        flags["SANDGATE_SERVER__TLS__MODE"] = "local-ca"
+    assert " ".join(f"{k}={v}" for k, v in flags.items()) in " ".join(server.log_text().split())
     proc = subprocess.run(
         [sys.executable, "-m", "sandgate", "env"],
-        env={**server.server_env, "SANDGATE_SERVER__PORT": str(server.port)},
+        env={**server.server_env, **flags},
         capture_output=True,
         text=True,
         timeout=120,
