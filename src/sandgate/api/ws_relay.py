@@ -43,7 +43,7 @@ MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
 HANDSHAKE_TIMEOUT_S: Final = 30.0
 #: After a close is passed on, how long the other side gets to finish its closing handshake.
 _CLOSE_TIMEOUT_S: Final = 10.0
-_READ: Final = 64 * 1024
+_READ: Final = 256 * 1024
 _NOT_FORWARDED: Final = frozenset(
     {
         "connection",
