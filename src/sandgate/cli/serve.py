@@ -87,7 +87,7 @@ def serve(
     server_tls = ServerTLS(cfg.server, cfg.home_dir) if cfg.server.tls.enabled else None
     if server_tls is not None:
         server_tls.prepare()
-        print_trust(server_tls, cfg.server.sandbox_domain)
+        print_trust(server_tls, cfg.server.domain, cfg.server.sandbox_domain)
     scheme = "https" if server_tls is not None else "http"
     # `sandgate env` reads the same config; flags given here must reach it as variables.
     console.print(
@@ -118,9 +118,10 @@ def serve(
     uvicorn.Server(asgi_config).run()
 
 
-def print_trust(server_tls: ServerTLS, domain: str) -> None:
-    """Says which certificate is served and, for the local CA, how clients trust it."""
-    names = f"api.{domain}, <port>-<sandbox id>.{domain}"
+def print_trust(server_tls: ServerTLS, domain: str, reached_as: str) -> None:
+    """Says which certificate is served and, for the local CA, how clients trust it;
+    ``reached_as`` is the domain with the port clients use (``sandbox_domain``)."""
+    names = f"https://api.{reached_as}, https://<port>-<sandbox id>.{reached_as}"
     if server_tls.ca is None:
         console.print(f"HTTPS with {server_tls.cert_file} for {names}.")
         return
