@@ -30,7 +30,9 @@
     ├── ToolFailed                tool_failed      502   (the tool ran and failed)
     │   └── ToolTimeout           tool_timeout     504
     ├── AuditUnavailable          audit_unavailable 503  (calls fail closed)
-    └── ModelUnavailable          model_unavailable 502  (agent: no model answered)
+    ├── ModelUnavailable          model_unavailable 502  (agent: no model answered)
+    └── NotImplementedFeature     not_implemented  501   unimplemented (an E2B endpoint
+                                                          not served here, feature named)
 
 Each error carries a stable ``code`` and a message that tells the reader what to do next.
 Adapters (Docker, SQLAlchemy, the guest socket) translate their own failures into these where
@@ -56,6 +58,7 @@ __all__ = [
     "LimitExceeded",
     "ModelUnavailable",
     "NotFound",
+    "NotImplementedFeature",
     "PayloadTooLarge",
     "PolicyDenied",
     "QuotaExceeded",
@@ -260,3 +263,11 @@ class ModelUnavailable(SandgateError):
 
     code = "model_unavailable"
     status = 502
+
+
+class NotImplementedFeature(SandgateError):
+    """An E2B API endpoint this server does not serve; the message names the feature (never
+    a bare 404, which SDKs would read as "no such sandbox")."""
+
+    code = "not_implemented"
+    status = 501

@@ -28,7 +28,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +87,12 @@ FRAMEWORKS: tuple[ClientSpec, ...] = (
     ClientSpec("py-e2b-haystack-2.0.0", "python", CLIENTS_DIR / "python" / "e2b-haystack-2.0.0"),
 )
 
+#: E2B's MCP server (PyPI ``e2b-mcp-server``, on E2B SDK 1.x), driven over stdio by the MCP
+#: client of its own environment (``test_mcp_server.py``).
+E2B_MCP_SERVER = ClientSpec(
+    "py-e2b-mcp-server-0.1.1", "python", CLIENTS_DIR / "python" / "e2b-mcp-server-0.1.1"
+)
+
 
 @dataclass(frozen=True)
 class PreparedClient:
@@ -131,10 +137,12 @@ class PreparedClient:
         args: Sequence[str] = (),
         *,
         timeout: float = _SCRIPT_TIMEOUT_S,
+        wrap: Callable[[list[str]], list[str]] | None = None,
     ) -> dict[str, Any]:
         """Runs a scenario and returns the JSON object on its last stdout line.
 
         ``env`` is laid over a scrubbed copy of the test's environment (see ``_INHERITED_ENV``).
+        ``wrap`` rewrites the command line (to run it where test names resolve, for example).
         Raises ``AssertionError`` with the script's stdout and stderr when it exits non-zero,
         times out, or prints no JSON object last.
         """
@@ -147,6 +155,8 @@ class PreparedClient:
             cwd = self.root
         full_env.update(env)
         argv = self.command(script_name, [str(a) for a in args])
+        if wrap is not None:
+            argv = wrap(argv)
         try:
             proc = subprocess.run(
                 argv,
@@ -181,7 +191,7 @@ class PreparedClient:
 
 
 def spec_named(name: str) -> ClientSpec:
-    known = (*CLIENTS, *FRAMEWORKS, CLI)
+    known = (*CLIENTS, *FRAMEWORKS, CLI, E2B_MCP_SERVER)
     for spec in known:
         if spec.name == name:
             return spec
@@ -211,7 +221,7 @@ def prepare(spec: ClientSpec, cache_root: Path = CACHE_ROOT) -> PreparedClient:
 
 
 def prepare_all(cache_root: Path = CACHE_ROOT) -> list[PreparedClient]:
-    return [prepare(spec, cache_root) for spec in (*CLIENTS, *FRAMEWORKS, CLI)]
+    return [prepare(spec, cache_root) for spec in (*CLIENTS, *FRAMEWORKS, CLI, E2B_MCP_SERVER)]
 
 
 def _prepare_python(client: PreparedClient) -> None:

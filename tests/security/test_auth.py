@@ -152,3 +152,36 @@ def test_malformed_and_oversized_bodies(sandgate_server: RunningServer) -> None:
     )
     assert unknown.status_code == 404
     assert "sandgate templates build nope" in unknown.json()["message"]
+
+
+def _upgrade(url: str, headers: dict[str, str]) -> httpx.Response:
+    """A raw WebSocket upgrade request; the answer is the refusal (or 101)."""
+    upgrade = {
+        "Connection": "Upgrade",
+        "Upgrade": "websocket",
+        "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+    }
+    return httpx.get(url, headers={**upgrade, **headers})
+
+
+@pytest.mark.parametrize("plane", ["envd", "control"])
+def test_AUTH_05_cross_site_websocket_is_refused(
+    sandgate_server: RunningServer, sandbox: dict[str, Any], plane: str
+) -> None:
+    """An upgrade from a hostile page (foreign Origin) to envd (PTY, processes) or the control
+    plane is refused as cross-site, with the sandbox's own token and the key attached; without
+    an Origin it still gets an honest 404 (nothing there speaks WebSocket), never a 500."""
+    credentials = (
+        envd_headers(sandbox["sandboxID"], sandbox["envdAccessToken"])
+        if plane == "envd"
+        else {"X-API-Key": sandgate_server.api_key}
+    )
+    path = "/process.Process/Start" if plane == "envd" else "/sandboxes"
+    for origin in ("https://evil.test", "null"):
+        refused = _upgrade(sandgate_server.url + path, {**credentials, "Origin": origin})
+        assert refused.status_code == 403
+        assert "cross-site WebSocket refused" in refused.json()["message"]
+    plain = _upgrade(sandgate_server.url + path, credentials)
+    assert plain.status_code == 404
+    assert "serves no WebSocket" in plain.json()["message"]

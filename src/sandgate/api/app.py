@@ -17,9 +17,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sandgate.access import authenticate_api_key
 from sandgate.agents import build_runner, skills_hook, with_autonomy
 from sandgate.api.e2b import UploadLimits, build_control_router, build_envd_app
 from sandgate.api.e2b.templates import build_templates_router
+from sandgate.api.e2b.unserved import CONTROL_UNSERVED, unserved_error
 from sandgate.api.errors import e2b_error, e2b_error_response
 from sandgate.api.mcp import MCP_PATH, McpHttp
 from sandgate.api.ports import PortProxy
@@ -116,8 +118,9 @@ class Application:
             build_control_router(
                 self.sandboxes,
                 store,
-                config.server.domain,
+                config.server.sandbox_domain,
                 reaches_internet=self.egress_hook.reaches_internet,
+                public_traffic=config.sandbox.allow_public_traffic,
             )
         )
         control.include_router(
@@ -259,7 +262,9 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({**e2b_error(400, message), "error_code": code}, status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code in (404, 405) and not _route_answered(request, exc):
+            return await _no_route(request, exc)
         return JSONResponse(
             e2b_error(exc.status_code, str(exc.detail)), status_code=exc.status_code
         )
@@ -270,6 +275,31 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(
             e2b_error(500, "internal error; the server log has the details"), status_code=500
         )
+
+
+def _route_answered(request: Request, exc: StarletteHTTPException) -> bool:
+    """A 404 raised by a route's own handler (it was found), not by the router."""
+    return exc.status_code == 404 and "endpoint" in request.scope
+
+
+async def _no_route(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """No route took the request: an E2B endpoint this server lacks answers 501 naming the
+    feature (after the API key is checked, as on any route); anything else a clear 404/405."""
+    method, path = request.method, request.url.path
+    missing = unserved_error(CONTROL_UNSERVED, method, path)
+    if missing is not None:
+        try:
+            authenticate_api_key(request.app.state.store, request.headers.get("x-api-key"))
+        except SandgateError as refused:
+            return e2b_error_response(refused)
+        return e2b_error_response(missing)
+    if exc.status_code == 405:
+        message = f"{method} is not allowed on {path[:200]}"
+        body = {**e2b_error(405, message), "error_code": "method_not_allowed"}
+        return JSONResponse(body, status_code=405, headers=dict(exc.headers or {}))
+    message = f"no such endpoint: {method} {path[:200]}"
+    body = {**e2b_error(404, message), "error_code": "unknown_endpoint"}
+    return JSONResponse(body, status_code=404)
 
 
 class BodyLimit:

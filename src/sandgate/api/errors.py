@@ -38,6 +38,7 @@ _STATUS_TO_CONNECT: Final = {
     409: "already_exists",
     413: "resource_exhausted",
     429: "resource_exhausted",
+    501: "unimplemented",
     502: "unavailable",
     503: "unavailable",
     507: "resource_exhausted",

@@ -1,9 +1,11 @@
-"""HTTP to a port inside a sandbox (``Host: <port>-<id>.<domain>`` or the routing headers).
+"""HTTP and WebSockets to a port inside a sandbox (``Host: <port>-<id>.<domain>`` or the
+routing headers).
 
 Sandboxes have no network interface of their own: each request is carried over a fresh tunnel
 through the guest socket to ``127.0.0.1:<port>`` inside the sandbox, as HTTP/1.1 with
 ``Connection: close``, and the response is streamed back as it arrives. h11 does the HTTP
-framing on the sandbox side of the tunnel. A closed port answers E2B's 502 JSON.
+framing on the sandbox side of the tunnel. A WebSocket upgrade gets a tunnel of its own too,
+relayed message by message (``ws_relay``). A closed port answers E2B's 502 JSON.
 
 SECURITY: the routing headers, the access token and hop-by-hop headers are stripped before the
 request enters the sandbox, so code inside never sees the sandbox's own credentials.
@@ -12,13 +14,14 @@ request enters the sandbox, so code inside never sees the sandbox's own credenti
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Final
 
 import h11
 from starlette.types import Message, Receive, Scope, Send
 
+from sandgate.api.replies import send_json
+from sandgate.api.ws_relay import relay_websocket
 from sandgate.guest.client import GuestError
 
 __all__ = ["PortProxy"]
@@ -41,35 +44,17 @@ _DROP: Final = frozenset(
 _READ: Final = 64 * 1024
 
 
-async def _json(send: Send, status: int, body: dict[str, object]) -> None:
-    payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json")],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
-
-
 class PortProxy:
-    """ASGI app: forwards one HTTP request to the sandbox port the router chose."""
+    """ASGI app: forwards one HTTP request or WebSocket to the sandbox port the router chose."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = scope["sandgate.route"]
         port: int = scope["sandgate.port"]
-        if scope["type"] != "http":
-            await _json(
-                send,
-                501,
-                {"code": 501, "message": "WebSockets to sandbox ports are not supported yet"},
-            )
-            return
         try:
             reader, writer = await route.guest.tunnel(port)
         except GuestError:
-            await _json(
+            await send_json(
+                scope,
                 send,
                 502,
                 {
@@ -81,7 +66,10 @@ class PortProxy:
             )
             return
         try:
-            await self._exchange(scope, receive, send, reader, writer)
+            if scope["type"] == "websocket":
+                await relay_websocket(scope, receive, send, reader, writer)
+            else:
+                await self._exchange(scope, receive, send, reader, writer)
         finally:
             writer.close()
 
@@ -108,7 +96,7 @@ class PortProxy:
         writer.write(conn.send(request) or b"")
         upload = asyncio.create_task(self._upload(conn, receive, writer))
         try:
-            await self._download(conn, reader, send)
+            await self._download(scope, conn, reader, send)
         finally:
             upload.cancel()
 
@@ -145,7 +133,7 @@ class PortProxy:
                 return
 
     async def _download(
-        self, conn: h11.Connection, reader: asyncio.StreamReader, send: Send
+        self, scope: Scope, conn: h11.Connection, reader: asyncio.StreamReader, send: Send
     ) -> None:
         started = False
         try:
@@ -166,7 +154,8 @@ class PortProxy:
                     )
         except h11.RemoteProtocolError:
             if not started:
-                await _json(
+                await send_json(
+                    scope,
                     send,
                     502,
                     {"code": 502, "message": "the sandbox service sent an invalid HTTP response"},
@@ -175,6 +164,9 @@ class PortProxy:
         if started:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         else:
-            await _json(
-                send, 502, {"code": 502, "message": "the sandbox service closed the connection"}
+            await send_json(
+                scope,
+                send,
+                502,
+                {"code": 502, "message": "the sandbox service closed the connection"},
             )

@@ -15,6 +15,10 @@ invalid_port``, never a guess. The routing and credential headers may appear onc
 checks while another uses the first. Every request Sandgate itself decodes (control plane,
 envd) must have a strictly percent-encoded target (``api.strict.check_target``).
 
+WebSocket upgrades follow the same rules (and get the same JSON refusals, as HTTP responses to
+the upgrade): to a sandbox port they are relayed (``ws_relay``); to envd and the control plane,
+which serve none, they are refused, a foreign ``Origin`` first (AUTH-05).
+
 SECURITY: a sandbox id is never a credential. Every envd request except ``GET /health`` must
 carry the sandbox's access token (``X-Access-Token``), compared in constant time; a missing or
 wrong token gets the same 401 as an unknown one. Other ports are private unless the sandbox was
@@ -26,16 +30,16 @@ or dead sandboxes get E2B's 502 JSON, so SDKs report "sandbox not running"; that
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Final
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sandgate.access import tokens_equal
 from sandgate.api.e2b.files import signature_matches
 from sandgate.api.errors import e2b_error
+from sandgate.api.replies import send_json
 from sandgate.api.strict import check_target
 from sandgate.errors import InvalidPort, InvalidRequest, SandgateError
 from sandgate.sandboxes import Route, SandboxService
@@ -65,23 +69,10 @@ _UNAUTHORIZED: Final = (
 )
 _PRIVATE_PORT: Final = (
     "this sandbox's ports are private: send its trafficAccessToken in the "
-    "E2B-Traffic-Access-Token header (or create it with network.allowPublicTraffic=true)"
+    "E2B-Traffic-Access-Token header (or create it with network.allowPublicTraffic=true; "
+    "for clients that cannot send the token, such as E2B SDK 1.x, the operator can make "
+    "public the default with sandbox.allow_public_traffic)"
 )
-
-
-async def _json(send: Send, status: int, body: dict[str, object]) -> None:
-    payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
 
 
 class Router:
@@ -108,7 +99,7 @@ class Router:
             lambda token: signature_matches(query, operation, token)
         )
         if route is None:
-            await _json(send, 401, {"code": 401, "message": _UNAUTHORIZED})
+            await send_json(scope, send, 401, {"code": 401, "message": _UNAUTHORIZED})
             return
         scope["sandgate.route"] = route
         scope["sandgate.port"] = ENVD_PORT
@@ -126,7 +117,10 @@ class Router:
                 check_target(scope)
         except SandgateError as exc:
             body = {**e2b_error(exc.status, exc.message), "error_code": exc.code}
-            await _json(send, exc.status, body)
+            await send_json(scope, send, exc.status, body)
+            return
+        if scope["type"] == "websocket" and (target is None or target[0] == ENVD_PORT):
+            await _refuse_upgrade(scope, send, headers, "envd" if target else "control")
             return
         if target is None:
             if scope["path"] == "/files" and b"signature=" in scope.get("query_string", b""):
@@ -137,7 +131,8 @@ class Router:
         port, sandbox_id = target
         route = self._service.route(sandbox_id) if _ID.match(sandbox_id) else None
         if route is None:
-            await _json(
+            await send_json(
+                scope,
                 send,
                 502,
                 {"sandboxId": sandbox_id, "message": "The sandbox was not found", "code": 502},
@@ -148,15 +143,16 @@ class Router:
         scope["sandgate.sandboxes"] = self._service
         if port == ENVD_PORT:
             if not _authorised(scope, headers, route):
-                await _json(send, 401, {"code": 401, "message": _UNAUTHORIZED})
+                await send_json(scope, send, 401, {"code": 401, "message": _UNAUTHORIZED})
                 return
             await self._envd(scope, receive, send)
             return
         if not _may_use_port(headers, route):
-            await _json(send, 401, {"code": 401, "message": _PRIVATE_PORT})
+            await send_json(scope, send, 401, {"code": 401, "message": _PRIVATE_PORT})
             return
         if self._ports is None:
-            await _json(
+            await send_json(
+                scope,
                 send,
                 502,
                 {
@@ -168,6 +164,42 @@ class Router:
             )
             return
         await self._ports(scope, receive, send)
+
+
+async def _refuse_upgrade(scope: Scope, send: Send, headers: dict[str, str], plane: str) -> None:
+    """WebSocket upgrades to the control plane or envd: neither serves one (PTY and process
+    output are Connect-RPC streams over plain HTTP), so every upgrade there is refused.
+
+    SECURITY (AUTH-05): one from a foreign ``Origin`` is refused first and as such (403), so a
+    future WebSocket route here cannot be reached cross-site from a browser; credentials are
+    headers only (never cookies), so a hostile page has no ambient authority to borrow.
+    """
+    origin = _foreign_origin(headers)
+    if origin is not None:
+        message = (
+            f"cross-site WebSocket refused: Origin {origin[:200]!r} is not this server; "
+            "connect from a program, not from a web page on another site"
+        )
+        await send_json(scope, send, 403, {"code": 403, "message": message})
+        return
+    where = "envd (port 49983)" if plane == "envd" else "the control plane"
+    message = (
+        f"{where} serves no WebSocket at {scope['path'][:200]}: processes, PTYs and file "
+        "watches are Connect-RPC streams over HTTP; WebSockets reach services inside a "
+        "sandbox through <port>-<id>.<domain> or the E2b-Sandbox-Id/-Port headers"
+    )
+    await send_json(scope, send, 404, {"code": 404, "message": message})
+
+
+def _foreign_origin(headers: dict[str, str]) -> str | None:
+    """The ``Origin`` header if it names a site other than the request's ``Host``."""
+    origin = headers.get("origin")
+    if origin is None:
+        return None
+    host = headers.get("host", "").lower()
+    if origin.lower() in ("", "null") or urlsplit(origin).netloc.lower() != host:
+        return origin
+    return None
 
 
 def parse_port(text: str) -> int | None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from sandgate.cli._common import ConfigOption, console, err_console, friendly_errors, load
+
+if TYPE_CHECKING:
+    from sandgate.tls import ServerTLS
 
 
 @friendly_errors
@@ -22,6 +25,15 @@ def serve(
             "pypi, npm and debian), as if egress.allow listed them.",
         ),
     ] = False,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help="Serve HTTPS (the API and every <port>-<id>.<domain> host) with a local CA "
+            "made in $SANDGATE_HOME/tls, unless the config names certificate files "
+            "(server.tls.mode: files).",
+        ),
+    ] = False,
 ) -> None:
     """Runs the Sandgate server in the foreground (Ctrl-C stops it; sandboxes keep running
     and are found again on the next start)."""
@@ -29,14 +41,22 @@ def serve(
     import uvicorn
 
     from sandgate.api.app import create_app
+    from sandgate.api.ws_relay import MAX_MESSAGE_BYTES
     from sandgate.cli._bootstrap import ensure_shipped_templates
     from sandgate.config import PACKAGE_REGISTRIES, PRESETS
     from sandgate.logs import configure_logging
+    from sandgate.tls import ServerTLS
 
     cfg = load(config)
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     if overrides:
         cfg = cfg.model_copy(update={"server": cfg.server.model_copy(update=overrides)})
+    flags = "".join(f"SANDGATE_SERVER__{k.upper()}={v} " for k, v in overrides.items())
+    if tls and not cfg.server.tls.enabled:
+        tls_config = cfg.server.tls.model_copy(update={"mode": "local-ca"})
+        server_config = cfg.server.model_copy(update={"tls": tls_config})
+        cfg = cfg.model_copy(update={"server": server_config})
+        flags += "SANDGATE_SERVER__TLS__MODE=local-ca "
     configure_logging(cfg.logging.level, json_logs=cfg.logging.json_logs)
     if allow_package_registries:
         cfg = cfg.model_copy(update={"egress": cfg.egress.with_presets(PACKAGE_REGISTRIES)})
@@ -57,15 +77,25 @@ def serve(
         err_console.print(
             f"[bold yellow]Accepted risk[/] (runtime.accept_below_floor): {finding.problem()}"
         )
+    if cfg.sandbox.allow_public_traffic:
+        err_console.print(
+            "[bold yellow]Public ports[/] (sandbox.allow_public_traffic): sandboxes created "
+            "without network.allowPublicTraffic serve their ports, the code interpreter's "
+            "included, to anyone who reaches this server and knows the sandbox id."
+        )
     ensure_shipped_templates(cfg, application.store, build=cfg.templates.build_on_start)
+    server_tls = ServerTLS(cfg.server, cfg.home_dir) if cfg.server.tls.enabled else None
+    if server_tls is not None:
+        server_tls.prepare()
+        print_trust(server_tls, cfg.server.domain, cfg.server.sandbox_domain)
+    scheme = "https" if server_tls is not None else "http"
     # `sandgate env` reads the same config; flags given here must reach it as variables.
-    flags = "".join(f"SANDGATE_SERVER__{k.upper()}={v} " for k, v in overrides.items())
     console.print(
-        f"Sandgate listening on http://{cfg.server.host}:{cfg.server.port} "
+        f"Sandgate listening on {scheme}://{cfg.server.host}:{cfg.server.port} "
         f"(runtime {application.runtime.name}, data in {cfg.home_dir}).\n"
         f'Client setup: eval "$({flags}uv run sandgate env)"'
     )
-    uvicorn.run(
+    asgi_config = uvicorn.Config(
         application.asgi,
         host=cfg.server.host,
         port=cfg.server.port,
@@ -73,8 +103,35 @@ def serve(
         lifespan="on",
         http="httptools",
         loop="uvloop",
+        ws_max_size=MAX_MESSAGE_BYTES,
         timeout_graceful_shutdown=3,
         # Longer than any client's idle timeout (undici 4 s, httpx 5 s), so a client never
         # sends a request on a connection the server is closing at that very moment.
         timeout_keep_alive=75,
+        ssl_certfile=str(server_tls.cert_file) if server_tls else None,
+        ssl_keyfile=str(server_tls.key_file) if server_tls else None,
+    )
+    asgi_config.load()
+    if server_tls is not None:
+        # Ours, not uvicorn's: it renews (or reloads) the certificate while serving.
+        asgi_config.ssl = server_tls.context()
+    uvicorn.Server(asgi_config).run()
+
+
+def print_trust(server_tls: ServerTLS, domain: str, reached_as: str) -> None:
+    """Says which certificate is served and, for the local CA, how clients trust it;
+    ``reached_as`` is the domain with the port clients use (``sandbox_domain``)."""
+    names = f"https://api.{reached_as}, https://<port>-<sandbox id>.{reached_as}"
+    if server_tls.ca is None:
+        console.print(f"HTTPS with {server_tls.cert_file} for {names}.")
+        return
+    console.print(
+        f"HTTPS with a local CA: {server_tls.ca_file} (SHA-256 {server_tls.ca.fingerprint}),\n"
+        f"  valid only for {domain}, its subdomains, localhost and loopback addresses.\n"
+        f"  It signs the certificate for {names}.\n"
+        f"  Trust it per shell with `sandgate env` (SSL_CERT_FILE/REQUESTS_CA_BUNDLE="
+        f"{server_tls.bundle_file},\n  NODE_EXTRA_CA_CERTS={server_tls.ca_file}), or on this "
+        "machine (Debian/Ubuntu):\n"
+        f"  cp {server_tls.ca_file} /usr/local/share/ca-certificates/sandgate.crt && "
+        "update-ca-certificates"
     )

@@ -39,6 +39,7 @@ from sandgate.config._model import (
     ServerConfig,
     StoreConfig,
     TemplatesConfig,
+    TlsConfig,
 )
 from sandgate.config._presets import PACKAGE_REGISTRIES, PRESETS, preset_of
 
@@ -80,6 +81,7 @@ __all__ = [
     "SubjectMatch",
     "TemplatesConfig",
     "TimeWindow",
+    "TlsConfig",
     "ToolConfig",
     "load_config",
     "preset_of",

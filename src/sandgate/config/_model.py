@@ -36,6 +36,33 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class TlsConfig(_Section):
+    """HTTPS on the server's one port: the API (``api.<domain>``) and every
+    ``<port>-<id>.<domain>`` host (docs/operations.md, "HTTPS")."""
+
+    #: ``off``: plain HTTP. ``local-ca``: a CA made on first use in ``<home>/tls`` signs a
+    #: certificate for ``<domain>``, ``*.<domain>``, ``localhost`` and the loopback addresses,
+    #: renewed before it expires; clients trust the CA (``sandgate env`` prints how).
+    #: ``files``: your own certificate chain and key (a wildcard for ``*.<domain>`` plus
+    #: ``<domain>``), read again when the files change (a renewal needs no restart).
+    mode: Literal["off", "local-ca", "files"] = "off"
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _files_for_files_mode(self) -> TlsConfig:
+        given = self.cert_file is not None, self.key_file is not None
+        if self.mode == "files" and not all(given):
+            raise ValueError("mode files needs cert_file and key_file (PEM)")
+        if self.mode != "files" and any(given):
+            raise ValueError("cert_file and key_file are read only with mode: files")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+
 class ServerConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(7788, ge=0, le=65535)
@@ -44,12 +71,26 @@ class ServerConfig(_Section):
     domain: str = "sandbox.localhost"
     #: Largest JSON body the control plane accepts.
     max_json_body_bytes: int = Field(1024 * 1024, ge=1024)
+    tls: TlsConfig = TlsConfig()
+    #: The port clients connect to when it is not ``port`` (a port mapping in front). With TLS
+    #: it is part of the ``domain`` SDKs get (``<domain>:<port>`` unless it is 443).
+    public_port: int | None = Field(None, ge=1, le=65535)
 
     @model_validator(mode="after")
     def _not_e2b(self) -> ServerConfig:
         if self.domain.rstrip(".").endswith(("e2b.app", "e2b.dev", "e2b.pro")):
             raise ValueError("domain must not be an E2B domain: SDKs would send tokens there")
         return self
+
+    @property
+    def sandbox_domain(self) -> str:
+        """The ``domain`` SDKs get: over TLS, what ``https://<port>-<id>.<it>`` must name to
+        reach this server (E2B clients paste it verbatim, a ``:port`` included). Plain-HTTP
+        clients reach sandboxes through ``E2B_SANDBOX_URL``; they get ``domain`` as it is."""
+        port = self.public_port or self.port
+        if not self.tls.enabled or port == 443:
+            return self.domain
+        return f"{self.domain}:{port}"
 
 
 class StoreConfig(_Section):
@@ -173,6 +214,11 @@ class SandboxConfig(_Section):
     #: unprivileged host uid that owns nothing outside the sandbox. Off: ``sudo`` refuses and
     #: only the API's ``user="root"`` runs as root.
     sudo: bool = True
+    #: ``network.allowPublicTraffic`` for create requests that do not set it. Off (the
+    #: default): a sandbox's ports need its traffic token. On: anyone who can reach the server
+    #: and knows a sandbox id reaches its ports, the code interpreter's included; only for
+    #: clients that cannot send the token (E2B SDK 1.x, e2b-mcp-server).
+    allow_public_traffic: bool = False
 
 
 class LoggingConfig(_Section):

@@ -35,13 +35,14 @@ class NetworkBody(BaseModel):
     """E2B's ``network`` options: hosts to allow (within ``egress.api_allow_out``) and deny.
     ``0.0.0.0/0`` in ``denyOut`` means every host (allowOut still wins, as in E2B).
     ``allowPublicTraffic`` defaults to **false** here (E2B: true): a sandbox's ports need its
-    ``trafficAccessToken`` unless the caller asks for public ports."""
+    ``trafficAccessToken`` unless the caller asks for public ports (or the operator made
+    public the default: ``sandbox.allow_public_traffic``)."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
     allow_out: list[str] = Field(default_factory=list, alias="allowOut", max_length=256)
     deny_out: list[str] = Field(default_factory=list, alias="denyOut", max_length=256)
-    allow_public_traffic: bool = Field(False, alias="allowPublicTraffic")
+    allow_public_traffic: bool | None = Field(None, alias="allowPublicTraffic")
 
 
 class NewSandbox(BaseModel):
@@ -80,9 +81,11 @@ def build_control_router(
     domain: str,
     *,
     reaches_internet: Callable[[Sandbox], bool] = _offline,
+    public_traffic: bool = False,
 ) -> APIRouter:
     """``reaches_internet`` says whether a sandbox's effective egress reaches any public
-    host; it is what ``allowInternetAccess`` reports (not the flag the create call sent)."""
+    host; it is what ``allowInternetAccess`` reports (not the flag the create call sent).
+    ``public_traffic`` is ``allowPublicTraffic`` for create calls that do not set it."""
     router = APIRouter()
 
     def sandbox_body(row: Sandbox) -> dict[str, Any]:
@@ -134,15 +137,7 @@ def build_control_router(
                 memory_mb=body.memory_mb,
                 # E2B's default is true; it grants only what egress.internet_access lists.
                 allow_internet_access=body.allow_internet_access is not False,
-                network=(
-                    {
-                        "allow_out": body.network.allow_out,
-                        "deny_out": body.network.deny_out,
-                        "allow_public_traffic": body.network.allow_public_traffic,
-                    }
-                    if body.network is not None
-                    else None
-                ),
+                network=_network(body.network, public_traffic),
             ),
         )
         return JSONResponse(sandbox_body(row), status_code=201)
@@ -233,6 +228,18 @@ def build_control_router(
         return JSONResponse(rows)
 
     return router
+
+
+def _network(body: NetworkBody | None, public_default: bool) -> dict[str, Any] | None:
+    """The create call's network request as stored; ``allow_public_traffic`` always decided."""
+    if body is None:
+        return {"allow_public_traffic": True} if public_default else None
+    public = body.allow_public_traffic
+    return {
+        "allow_out": body.allow_out,
+        "deny_out": body.deny_out,
+        "allow_public_traffic": public_default if public is None else public,
+    }
 
 
 def _parse_states(raw: list[str] | None) -> list[str]:

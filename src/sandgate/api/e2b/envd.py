@@ -7,6 +7,7 @@ sandbox's guest in ``scope["sandgate.route"]``. Every RPC error is answered as C
 from __future__ import annotations
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -21,6 +22,7 @@ from sandgate.api.e2b.connect import (
 from sandgate.api.e2b.files import download, upload_endpoint
 from sandgate.api.e2b.filesystem import FILESYSTEM_METHODS
 from sandgate.api.e2b.process import PROCESS_METHODS
+from sandgate.api.e2b.unserved import ENVD_UNSERVED, unserved_error
 from sandgate.api.e2b.uploads import UploadLimits
 from sandgate.guest.client import GuestClient, GuestError, GuestUnavailable
 
@@ -46,6 +48,8 @@ async def rpc(request: Request) -> Response:
     service = request.path_params["service"]
     method = request.path_params["method"]
     handler = _SERVICES.get(service, {}).get(method)
+    if handler is None and unserved_error(ENVD_UNSERVED, "POST", request.url.path):
+        return await _no_route(request, HTTPException(404))  # envd REST, not an RPC
     try:
         if handler is None:
             raise RpcError("unimplemented", f"{service}/{method} is not implemented")
@@ -65,14 +69,27 @@ async def envs(request: Request) -> Response:
         return JSONResponse({"code": 502, "message": "the sandbox is not reachable"}, 502)
 
 
+async def _no_route(request: Request, exc: Exception) -> Response:
+    """envd paths nothing serves: 501 naming the feature for E2B's, a clear 404/405 else."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 404
+    missing = unserved_error(ENVD_UNSERVED, request.method, request.url.path)
+    if missing is not None:
+        body = {"code": missing.status, "message": missing.message, "error_code": missing.code}
+        return JSONResponse(body, status_code=missing.status)
+    where = f"{request.method} {request.url.path[:200]}"
+    message = f"envd does not allow {where}" if status == 405 else f"no such envd endpoint: {where}"
+    return JSONResponse({"code": status, "message": message}, status_code=status)
+
+
 def build_envd_app(uploads: UploadLimits) -> Starlette:
     quiet_dropped_streams()
     return Starlette(
+        exception_handlers={404: _no_route, 405: _no_route},
         routes=[
             Route("/health", health, methods=["GET"]),
             Route("/envs", envs, methods=["GET"]),
             Route("/files", download, methods=["GET"]),
             Route("/files", upload_endpoint(uploads), methods=["POST"]),
             Route("/{service}/{method}", rpc, methods=["POST"]),
-        ]
+        ],
     )

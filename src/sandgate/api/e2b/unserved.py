@@ -1,0 +1,124 @@
+"""Honest answers for the parts of E2B's API this server does not serve: 501 naming the feature.
+
+Every path in the official SDKs' generated clients (control plane, volume content, envd's REST
+side) either has a route or is listed here; ``tests/compat/test_unserved.py`` walks the pinned
+SDKs' clients and fails on any path that would get a bare 404 or 405. A listed path answers
+``501 {"code": 501, "message": "<feature> …", "error_code": "not_implemented"}`` (the SDKs
+report ``"501: <message>"``), never "not found", which SDKs read as "no such sandbox".
+
+Only requests no route took reach this table (the fallback of each app's 404/405), so serving a
+feature is just adding its routes; the table entry then stops mattering, and can go.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from sandgate.errors import NotImplementedFeature
+
+__all__ = ["CONTROL_UNSERVED", "ENVD_UNSERVED", "Unserved", "unserved_error"]
+
+
+@dataclass(frozen=True)
+class Unserved:
+    """One E2B endpoint (``{name}`` marks a path parameter) and the feature it belongs to."""
+
+    method: str
+    path: str
+    feature: str
+
+    def matches(self, method: str, path: str) -> bool:
+        return method == self.method and _pattern(self.path).fullmatch(path) is not None
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    return re.compile(re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)))
+
+
+_TEMPLATES = "the E2B template API (build templates with `sandgate templates build`)"
+_METRICS = "sandbox metrics"
+_LOGS = "sandbox logs"
+_SECRETS = "the secrets API"
+_VOLUMES = "volumes"
+
+#: Control-plane endpoints (``api.<domain>``, and ``E2B_VOLUME_API_URL``'s volume content).
+CONTROL_UNSERVED: Final = (
+    Unserved("GET", "/sandboxes/metrics", _METRICS),
+    Unserved("GET", "/sandboxes/{sandboxID}/metrics", _METRICS),
+    Unserved("GET", "/sandboxes/{sandboxID}/logs", _LOGS),
+    Unserved("GET", "/v2/sandboxes/{sandboxID}/logs", _LOGS),
+    Unserved("PUT", "/sandboxes/{sandboxID}/network", "network updates (update_network)"),
+    Unserved("POST", "/sandboxes/{sandboxID}/fork", "sandbox fork"),
+    Unserved("POST", "/sandboxes/{sandboxID}/refreshes", "sandbox refreshes"),
+    Unserved("POST", "/sandboxes/{sandboxID}/snapshots", "snapshots"),
+    Unserved("GET", "/snapshots", "snapshots"),
+    Unserved("GET", "/secrets", _SECRETS),
+    Unserved("POST", "/secrets", _SECRETS),
+    Unserved("GET", "/secrets/{secretID}", _SECRETS),
+    Unserved("POST", "/secrets/{secretID}", _SECRETS),
+    Unserved("DELETE", "/secrets/{secretID}", _SECRETS),
+    Unserved("GET", "/volumes", _VOLUMES),
+    Unserved("POST", "/volumes", _VOLUMES),
+    Unserved("GET", "/volumes/{volumeID}", _VOLUMES),
+    Unserved("DELETE", "/volumes/{volumeID}", _VOLUMES),
+    Unserved("GET", "/volumecontent/{volumeID}/dir", _VOLUMES),
+    Unserved("POST", "/volumecontent/{volumeID}/dir", _VOLUMES),
+    Unserved("GET", "/volumecontent/{volumeID}/file", _VOLUMES),
+    Unserved("PUT", "/volumecontent/{volumeID}/file", _VOLUMES),
+    Unserved("GET", "/volumecontent/{volumeID}/path", _VOLUMES),
+    Unserved("PATCH", "/volumecontent/{volumeID}/path", _VOLUMES),
+    Unserved("DELETE", "/volumecontent/{volumeID}/path", _VOLUMES),
+    Unserved("GET", "/teams", "teams (Sandgate's teams are its API keys' teams)"),
+    Unserved("GET", "/teams/{teamID}/metrics", "team metrics"),
+    Unserved("GET", "/teams/{teamID}/metrics/max", "team metrics"),
+    Unserved("GET", "/default-templates", _TEMPLATES),
+    Unserved("GET", "/templates", _TEMPLATES),
+    Unserved("POST", "/templates", _TEMPLATES),
+    Unserved("GET", "/v2/templates", _TEMPLATES),
+    Unserved("POST", "/v2/templates", _TEMPLATES),
+    Unserved("POST", "/v3/templates", _TEMPLATES),
+    Unserved("GET", "/templates/aliases/{alias}", _TEMPLATES),
+    Unserved("POST", "/templates/tags", _TEMPLATES),
+    Unserved("DELETE", "/templates/tags", _TEMPLATES),
+    Unserved("GET", "/templates/{templateID}", _TEMPLATES),
+    Unserved("POST", "/templates/{templateID}", _TEMPLATES),
+    Unserved("PATCH", "/templates/{templateID}", _TEMPLATES),
+    Unserved("DELETE", "/templates/{templateID}", _TEMPLATES),
+    Unserved("PATCH", "/v2/templates/{templateID}", _TEMPLATES),
+    Unserved("POST", "/templates/{templateID}/builds/{buildID}", _TEMPLATES),
+    Unserved("POST", "/v2/templates/{templateID}/builds/{buildID}", _TEMPLATES),
+    Unserved("GET", "/templates/{templateID}/builds/{buildID}/status", _TEMPLATES),
+    Unserved("GET", "/templates/{templateID}/builds/{buildID}/logs", _TEMPLATES),
+    Unserved("GET", "/templates/{templateID}/files/{hash}", _TEMPLATES),
+    Unserved("GET", "/templates/{templateID}/tags", _TEMPLATES),
+    Unserved("GET", "/templates/{templateID}/tags/count", _TEMPLATES),
+    Unserved("GET", "/templates/{templateID}/tags/exists", _TEMPLATES),
+    Unserved("GET", "/templates/{templateID}/tags/groups", _TEMPLATES),
+    Unserved("GET", "/templates/{templateID}/tags/{tag}/assignments", _TEMPLATES),
+)
+
+#: envd's REST side (port 49983); its RPCs answer Connect ``unimplemented`` themselves.
+ENVD_UNSERVED: Final = (
+    Unserved(
+        "GET",
+        "/metrics",
+        "envd's own metrics (the API's GET /sandboxes/{sandboxID}/metrics is the way to ask)",
+    ),
+    Unserved("POST", "/files/compose", "composing files from parts (files.compose)"),
+    Unserved("POST", "/init", "envd /init (the gateway configures each sandbox itself)"),
+)
+
+
+def unserved_error(
+    table: tuple[Unserved, ...], method: str, path: str
+) -> NotImplementedFeature | None:
+    """The 501 for ``method path`` if ``table`` lists it, else None."""
+    for entry in table:
+        if entry.matches(method, path):
+            return NotImplementedFeature(
+                f"{entry.feature} is not implemented by this Sandgate server "
+                f"(E2B API {entry.method} {entry.path}); docs/compatibility.md lists what is"
+            )
+    return None
