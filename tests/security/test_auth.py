@@ -151,7 +151,8 @@ def test_malformed_and_oversized_bodies(sandgate_server: RunningServer) -> None:
         url, json={"templateID": "nope"}, headers={"X-API-Key": sandgate_server.api_key}
     )
     assert unknown.status_code == 404
-    assert "sandgate templates build nope" in unknown.json()["message"]
+    message = unknown.json()["message"]
+    assert "template 'nope' not found" in message and "sandgate templates build" in message
 
 
 def _upgrade(url: str, headers: dict[str, str]) -> httpx.Response:

@@ -9,6 +9,8 @@ const path = require('node:path')
 const { Sandbox, Template, waitForPort } = require('e2b')
 const { attempt, commandResult, run } = require('./_common')
 
+const RUN_NONCE = require('node:crypto').randomBytes(6).toString('hex')
+
 const PROBE = [
   'whoami; pwd; echo $SCENARIO_ENV; cat /tmp/whoami-build /etc/scenario-root',
   "stat -c '%U %a' /opt/files/data.txt; readlink /opt/files/link.txt; cat /opt/single.txt",
@@ -45,7 +47,11 @@ function template(context, version) {
     .runCmd('touch /opt/gone && echo renamed-ok > /opt/old', { user: 'root' })
     .remove('/opt/gone', { user: 'root' })
     .rename('/opt/old', '/opt/new', { user: 'root' })
-    .runCmd(`mkdir -p /srv/www && echo ${version} > /srv/www/marker.txt`, { user: 'root' })
+    // The comment makes this step's cache key unique to this run: the layer cache is the
+    // engine's, shared by every server of a test session.
+    .runCmd(`mkdir -p /srv/www && echo ${version} > /srv/www/marker.txt # ${RUN_NONCE}`, {
+      user: 'root',
+    })
     .setUser('builder')
     .setWorkdir('/opt/work')
     .setStartCmd('cd /srv/www && python3 -m http.server 8123', waitForPort(8123))

@@ -18,6 +18,9 @@ from typing import Any
 from _common import attempt, command_result, run
 from e2b import Sandbox, Template, wait_for_port
 
+#: Makes the marker step's cache key unique to this run (see ``template``).
+RUN_NONCE = os.urandom(6).hex()
+
 PROBE = (
     "whoami; pwd; echo $SCENARIO_ENV; cat /tmp/whoami-build /etc/scenario-root; "
     "stat -c '%U %a' /opt/files/data.txt; readlink /opt/files/link.txt; cat /opt/single.txt; "
@@ -83,7 +86,12 @@ def template(context: str, version: str) -> Any:
         .run_cmd("touch /opt/gone && echo renamed-ok > /opt/old", user="root")
         .remove("/opt/gone", user="root")
         .rename("/opt/old", "/opt/new", user="root")
-        .run_cmd(f"mkdir -p /srv/www && echo {version} > /srv/www/marker.txt", user="root")
+        .run_cmd(
+            # The comment makes this step's cache key unique to this run: the layer cache is the
+            # engine's, shared by every server of a test session.
+            f"mkdir -p /srv/www && echo {version} > /srv/www/marker.txt # {RUN_NONCE}",
+            user="root",
+        )
         .set_user("builder")
         .set_workdir("/opt/work")
         .set_start_cmd("cd /srv/www && python3 -m http.server 8123", wait_for_port(8123))
