@@ -151,12 +151,7 @@ class Context:
             self.state_lost = _KERNEL_GONE.format(language=self.language.name)
             await self._recover(self._kernel)
         if self._kernel is None:
-            try:
-                os.makedirs(self.cwd, exist_ok=True)
-            except OSError as exc:
-                raise KernelStartError(
-                    f"cannot use {self.cwd} as working directory: {exc}"
-                ) from exc
+            await self._make_cwd()
             kernel = Kernel(
                 self.language.kernel,
                 self.cwd,
@@ -169,6 +164,39 @@ class Context:
             self._applied_env = None
             self._on_change()
         return self._kernel
+
+    async def _make_cwd(self) -> None:
+        """Creates the working directory, as the context's user; raises ``KernelStartError``."""
+        if self.user is None:
+            try:
+                os.makedirs(self.cwd, exist_ok=True)
+            except OSError as exc:
+                raise KernelStartError(
+                    f"cannot use {self.cwd} as working directory: {exc}"
+                ) from exc
+            return
+        mkdir = await asyncio.create_subprocess_exec(
+            "sudo",
+            "-n",
+            "-u",
+            self.user,
+            "--",
+            "mkdir",
+            "-p",
+            "--",
+            self.cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            cwd="/",
+        )
+        _, error = await mkdir.communicate()
+        if mkdir.returncode != 0:
+            problem = error.decode(errors="replace").strip() or f"status {mkdir.returncode}"
+            raise KernelStartError(
+                f"cannot use {self.cwd} as working directory as {self.user} "
+                f"(through sudo: is sudo allowed in this sandbox?): {problem}"
+            )
 
     async def restart(self) -> None:
         """Restarts the kernel, clearing all state; waits for a running cell first."""

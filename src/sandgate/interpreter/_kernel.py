@@ -68,11 +68,13 @@ class Kernel:
     async def start(self) -> None:
         """Starts the process and waits until it answers; raises ``KernelStartError``."""
         manager = AsyncKernelManager(kernel_name=self.kernel_name)
+        cwd = self._cwd
         try:
             if self._user is not None:
                 spec = manager.kernel_spec
-                spec.argv = ["sudo", "-n", "-u", self._user, "-H", "--", *spec.argv]
-            await manager.start_kernel(cwd=self._cwd, env=dict(self._env))
+                spec.argv = [*_sudo(self._user, cwd), *spec.argv]
+                cwd = "/"
+            await manager.start_kernel(cwd=cwd, env=dict(self._env))
         except Exception as exc:
             raise KernelStartError(f"cannot start the {self.kernel_name} kernel: {exc}") from exc
         self._manager = manager
@@ -236,6 +238,14 @@ class Kernel:
                 await self._client.get_shell_msg(timeout=0)
             except queue.Empty:
                 return
+
+
+def _sudo(user: str, cwd: str) -> list[str]:
+    """The command prefix that runs a kernel as ``user`` in ``cwd``. sudo enters ``cwd`` as
+    the user (the server may not be allowed to). The kernel is then a child of the guest,
+    PID 1 of the sandbox, which ipykernel would take for "my parent has exited" and quit:
+    ``JPY_PARENT_PID=1`` turns that watch off (the server stops its kernels itself)."""
+    return ["sudo", "-n", "-u", user, "-H", "-D", cwd, "--", "JPY_PARENT_PID=1"]
 
 
 def _raise_on_error(event: Event) -> None:

@@ -51,10 +51,18 @@ async function scenario() {
       language: 'java',
     })
 
+    // A sandbox has 512 MiB: R and Java kernels take about 120 MiB each, so the default
+    // ones go before contexts of their own start.
+    for (const context of await sbx.listCodeContexts()) {
+      if (context.language === 'r' || context.language === 'java') {
+        await sbx.removeCodeContext(context)
+      }
+    }
     const rCtx = await sbx.createCodeContext({ language: 'r', cwd: '/tmp' })
     out.r_ctx = contextDict(rCtx)
     out.r_ctx_cwd = await runCode('getwd()', { context: rCtx })
     out.r_ctx_isolated = await runCode("exists('x')", { context: rCtx })
+    await sbx.removeCodeContext(rCtx)
     const javaCtx = await sbx.createCodeContext({ language: 'java', cwd: '/tmp/java-work' })
     out.java_ctx = contextDict(javaCtx)
     out.java_ctx_cwd = await runCode(

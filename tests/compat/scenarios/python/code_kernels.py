@@ -70,10 +70,16 @@ def scenario(args: list[str]) -> dict[str, Any]:
             sbx.run_code('throw new IllegalStateException("java boom")', language="java")
         )
 
+        # A sandbox has 512 MiB: R and Java kernels take about 120 MiB each, so the default
+        # ones go before contexts of their own start.
+        for context in sbx.list_code_contexts():
+            if context.language in ("r", "java"):
+                sbx.remove_code_context(context)
         r_ctx = sbx.create_code_context(language="r", cwd="/tmp")
         out["r_ctx"] = context_dict(r_ctx)
         out["r_ctx_cwd"] = execution_dict(sbx.run_code("getwd()", context=r_ctx))
         out["r_ctx_isolated"] = execution_dict(sbx.run_code("exists('x')", context=r_ctx))
+        sbx.remove_code_context(r_ctx)
         java_ctx = sbx.create_code_context(language="java", cwd="/tmp/java-work")
         out["java_ctx"] = context_dict(java_ctx)
         out["java_ctx_cwd"] = execution_dict(
