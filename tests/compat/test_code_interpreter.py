@@ -196,3 +196,189 @@ def test_data_analysis_example(client: PreparedClient, runtime_e2b_env: dict[str
     assert result["chart_bytes"] > 1000
     assert "analysed 6 rows; top region east" in result["stdout"]
     assert result["still_listed"] == [], "the sandbox must be killed"
+
+
+def texts(execution: dict[str, Any]) -> list[str | None]:
+    """Every result's text: R's values are display results, so ``execution.text`` is None
+    for R on E2B too."""
+    return [result["text"] for result in execution["results"]]
+
+
+def test_r_and_java_kernels_envs_cwd_contexts_and_users(
+    client: PreparedClient, runtime_e2b_env: dict[str, str]
+) -> None:
+    result = client.run("code_kernels", runtime_e2b_env)
+    assert_sdk_version(result, client)
+
+    assert texts(ok(result["r_first"])) == ["[1] 42"]
+    r_state = ok(result["r_state"])
+    assert r_state["stdout"] == ["x is 42 \n"] and texts(r_state) == ["[1] 42"], r_state
+    assert texts(ok(result["r_env"])) == ['[1] "cell sandbox cell"']
+    assert texts(ok(result["r_env_gone"])) == ['[1] "unset"']
+    assert texts(ok(result["r_cwd"])) == ['[1] "/home/user"']
+    r_error = result["r_error"]["error"]
+    assert r_error is not None and "r boom" in r_error["value"], result["r_error"]
+
+    assert main_text(ok(result["java_first"])) == "42"
+    java_state = ok(result["java_state"])
+    assert java_state["stdout"] == ["x is 40\n"] and main_text(java_state) == "80", java_state
+    assert main_text(ok(result["java_env"])) == "cell sandbox cell"
+    assert main_text(ok(result["java_env_gone"])) == "null"
+    assert main_text(ok(result["java_cwd"])) == "/home/user"
+    java_error = result["java_error"]["error"]
+    assert java_error is not None, result["java_error"]
+    assert "IllegalStateException" in java_error["value"], java_error
+    assert "java boom" in java_error["value"] and "java boom" in java_error["traceback"]
+
+    assert result["r_ctx"]["language"] == "r" and result["r_ctx"]["cwd"] == "/tmp"
+    assert texts(ok(result["r_ctx_cwd"])) == ['[1] "/tmp"']
+    assert texts(ok(result["r_ctx_isolated"])) == ["[1] FALSE"]
+    assert result["java_ctx"] == {**result["java_ctx"], "language": "java", "cwd": "/tmp/java-work"}
+    assert main_text(ok(result["java_ctx_cwd"])) == "/tmp/java-work /tmp/java-work/x.txt"
+    listed = result["listed"]
+    assert listed[-1] == result["java_ctx"], listed
+    assert [c["language"] for c in listed].count("java") == 1, "removed contexts are gone"
+    assert "r" not in [c["language"] for c in listed], listed
+
+    assert result["root_ctx"]["status"] == 200, result["root_ctx"]
+    assert main_text(ok(result["root_run"])) == "(0, '/root')"
+    assert main_text(ok(result["user_ctx_run"])) == "1000"
+    unknown = result["unknown_user"]
+    assert unknown["status"] == 400 and "does not exist" in unknown["body"], unknown
+
+
+def chart_of(execution: dict[str, Any]) -> dict[str, Any]:
+    """The one figure result of a plotting cell: PNG and chart data together."""
+    figures = [r for r in ok(execution)["results"] if r["png"]]
+    assert len(figures) == 1, execution
+    assert base64.b64decode(figures[0]["png"]).startswith(PNG_MAGIC)
+    return figures[0]
+
+
+def test_dataframes_carry_data_and_figures_carry_typed_charts(
+    client: PreparedClient, runtime_e2b_env: dict[str, str]
+) -> None:
+    result = client.run("code_charts", runtime_e2b_env)
+    assert_sdk_version(result, client)
+    typed = client.lang == "python"  # the Python SDK builds chart classes; JS keeps objects
+
+    frame = ok(result["frame"])["results"][0]
+    assert frame["is_main_result"] is True and "<table" in frame["html"], frame
+    assert frame["data"] == {
+        "city": ["Oslo", "Rome"],
+        "temp": [3.5, None],
+        "when": ["2024-01-01T00:00:00", "2024-01-02T00:00:00"],
+    }
+    big = ok(result["big_frame"])["results"][0]
+    assert big["data"] is None and "<table" in big["html"], "a huge frame carries no data"
+
+    line = chart_of(result["line"])
+    chart = line["chart"]
+    assert (chart["type"], chart["title"]) == ("line", "Weather"), chart
+    assert (chart["x_label"], chart["y_label"]) == ("Day", "Temperature (C)")
+    assert (chart["x_unit"], chart["y_unit"]) == (None, "C")
+    assert (chart["x_scale"], chart["y_scale"]) == ("datetime", "linear")
+    assert [e["label"] for e in chart["elements"]] == ["temp", "rain"]
+    assert chart["elements"][0]["points"] == [
+        ["2024-01-01T00:00:00+00:00", 1.5],
+        ["2024-01-02T00:00:00+00:00", 2.5],
+        ["2024-01-03T00:00:00+00:00", 2.0],
+    ]
+    assert all(isinstance(tick, str) for tick in chart["x_ticks"]), chart["x_ticks"]
+    assert len(chart["y_ticks"]) == len(chart["y_tick_labels"]) > 1
+    assert not typed or line["chart_class"] == "LineChart"
+
+    scatter = chart_of(result["scatter"])
+    chart = scatter["chart"]
+    assert (chart["type"], chart["y_scale"]) == ("scatter", "log"), chart
+    assert [(e["label"], e["points"]) for e in chart["elements"]] == [
+        ("first", [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]),
+        ("second", [[7.0, 9.0], [8.0, 10.0]]),
+    ]
+    assert not typed or scatter["chart_class"] == "ScatterChart"
+
+    bar = chart_of(result["bar"])
+    chart = bar["chart"]
+    assert (chart["type"], chart["title"], chart["x_label"]) == ("bar", "Book Sales", "Authors")
+    assert chart["y_unit"] == "units", chart
+    assert chart["elements"] == [
+        {"label": "Author A", "group": "Books Sold", "value": 100.0},
+        {"label": "Author B", "group": "Books Sold", "value": 200.0},
+        {"label": "Author C", "group": "Books Sold", "value": 300.0},
+    ]
+    assert not typed or bar["chart_class"] == "BarChart"
+
+    pie = chart_of(result["pie"])
+    assert pie["chart"]["type"] == "pie" and pie["chart"]["title"] == "Early tomorrow?"
+    assert pie["chart"]["elements"] == [
+        {"label": "No", "angle": 324.0, "radius": 1.0},
+        {"label": "Yes", "angle": 36.0, "radius": 1.0},
+    ]
+    assert not typed or pie["chart_class"] == "PieChart"
+
+    box = chart_of(result["box"])
+    chart = box["chart"]
+    assert (chart["type"], chart["x_label"], chart["y_label"]) == (
+        "box_and_whisker",
+        "Class",
+        "Score",
+    )
+    assert chart["elements"] == [
+        {
+            "label": "A",
+            "min": 1.0,
+            "first_quartile": 2.25,
+            "median": 3.5,
+            "third_quartile": 4.75,
+            "max": 5.0,
+            "outliers": [40.0],
+        },
+        {
+            "label": "B",
+            "min": 2.0,
+            "first_quartile": 2.5,
+            "median": 3.0,
+            "third_quartile": 3.5,
+            "max": 4.0,
+            "outliers": [],
+        },
+    ]
+    assert not typed or box["chart_class"] == "BoxAndWhiskerChart"
+
+    both = chart_of(result["super"])
+    chart = both["chart"]
+    assert (chart["type"], chart["title"]) == ("superchart", "Two charts"), chart
+    assert [(c["type"], c["title"]) for c in chart["elements"]] == [
+        ("line", "Squares"),
+        ("bar", None),
+    ]
+    assert [e["label"] for e in chart["elements"][1]["elements"]] == ["x", "y"]
+    assert not typed or both["chart_class"] == "SuperChart"
+
+    assert chart_of(result["blank"])["chart"] is None, "an empty figure has no chart"
+
+
+def test_killed_kernels_and_servers_come_back_and_a_killed_sandbox_ends_run_code(
+    client: PreparedClient, runtime_e2b_env: dict[str, str]
+) -> None:
+    result = client.run("code_recovery", runtime_e2b_env)
+    assert_sdk_version(result, client)
+
+    assert result["kill_kernel"]["exit_code"] == 0, result["kill_kernel"]
+    after = ok(result["after_kernel_kill"])
+    assert main_text(after) == "(False, 2)", after
+    assert any("had stopped" in line for line in after["stderr"]), after["stderr"]
+    assert main_text(ok(result["ctx_untouched"])) == "2", "other contexts keep their kernels"
+
+    assert result["kill_server"]["exit_code"] == 0, result["kill_server"]
+    after = ok(result["after_server_kill"])
+    assert main_text(after) == "2", after
+    assert any("was restarted" in line for line in after["stderr"]), after["stderr"]
+    assert main_text(ok(result["ctx_after_server_kill"])) == "(False, '/tmp')"
+    assert result["ctx_id"] in result["listed_after"]
+
+    assert result["cell_running"] is True and result["kill"]["ok"] is True, result
+    killed = result["killed_mid_cell"]
+    error = failed_with(client, killed, "Timeout")
+    assert "sandbox was killed" in error["message"], error
+    assert killed["elapsed"] < 30, killed

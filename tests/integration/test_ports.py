@@ -15,7 +15,7 @@ from tests.framework.envd import create, run
 pytestmark = pytest.mark.docker
 
 ECHO_SERVER = r"""
-import http.server, json, sys, time
+import http.server, json, socket, sys, time
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_POST(self):
@@ -31,6 +31,12 @@ class H(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
+        if self.path == "/cut":
+            self.wfile.write(b"6\r\npart 1\r\n")
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+            return
         for i in range(3):
             chunk = f"tick {i}\n".encode()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
@@ -124,3 +130,20 @@ def test_ports_are_private_unless_the_sandbox_asks_for_public_traffic(
             f"{sandgate_server.url}/sandboxes/{public['sandboxID']}",
             headers={"X-API-Key": sandgate_server.api_key},
         )
+
+
+def test_a_response_the_service_cuts_short_reaches_the_client_cut_short(
+    sandgate_server: RunningServer, sandbox: dict[str, Any]
+) -> None:
+    """The service dies mid-body (as when the sandbox is killed): the client must see a
+    broken read, which the SDKs turn into "the sandbox was killed", not a complete answer."""
+    headers = _serve(sandgate_server, sandbox)
+    received = []
+    with (
+        pytest.raises(httpx.RemoteProtocolError),
+        httpx.stream("GET", sandgate_server.url + "/cut", headers=headers) as stream,
+    ):
+        assert stream.status_code == 200
+        for chunk in stream.iter_bytes():
+            received.append(chunk)
+    assert b"".join(received) == b"part 1"

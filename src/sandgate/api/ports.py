@@ -135,7 +135,11 @@ class PortProxy:
     async def _download(
         self, scope: Scope, conn: h11.Connection, reader: asyncio.StreamReader, send: Send
     ) -> None:
-        started = False
+        """Relays the service's response. One that stops early (the sandbox was killed, the
+        service crashed) is cut off: the client's connection closes without the end of the
+        body, so the SDKs see a broken read and check whether the sandbox still runs (their
+        "sandbox was killed" error) instead of taking a partial answer for a whole one."""
+        started = complete = False
         try:
             async for event in self._events(conn, reader):
                 if isinstance(event, h11.Response):
@@ -152,6 +156,8 @@ class PortProxy:
                     await send(
                         {"type": "http.response.body", "body": bytes(event.data), "more_body": True}
                     )
+                elif isinstance(event, h11.EndOfMessage):
+                    complete = True
         except h11.RemoteProtocolError:
             if not started:
                 await send_json(
@@ -161,12 +167,13 @@ class PortProxy:
                     {"code": 502, "message": "the sandbox service sent an invalid HTTP response"},
                 )
                 return
-        if started:
+        if complete:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        else:
+        elif not started:
             await send_json(
                 scope,
                 send,
                 502,
                 {"code": 502, "message": "the sandbox service closed the connection"},
             )
+        # else: return without ending the body; the ASGI server then closes the connection.

@@ -1,7 +1,11 @@
-"""Execution contexts: a language, a working directory and a lazily started kernel.
+"""Execution contexts: a language, a working directory, a user and a lazily started kernel.
 
 Cells of one context run one at a time, in arrival order. ``Contexts`` keeps them in
-creation order, with the default python and javascript contexts first.
+creation order, with the default python and javascript contexts first, and saves them
+(``_state``) whenever they or their kernels change, so a restarted server brings back the
+same contexts. A context whose kernel died between cells, or whose server was restarted,
+gets a fresh kernel on its next cell, and that cell's output starts with a note on stderr
+saying the earlier state is lost.
 """
 
 from __future__ import annotations
@@ -15,14 +19,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._events import Event, error_event
+from ._events import Event, error_event, now_iso
 from ._kernel import Kernel, KernelDied, KernelStartError
-from ._languages import Language, language_named
+from ._languages import Language, UnknownLanguage, language_named
+from ._options import DEFAULT_CWD
+from ._state import SavedContext, State, StateFile, stop_leftover
 
 __all__ = ["Context", "Contexts", "Execution", "UnknownContext"]
 
-DEFAULT_CWD = "/home/user"
 _RESTORE_TIMEOUT_S = 10.0
+_KERNEL_GONE = (
+    "[sandgate: the {language} kernel of this context had stopped (killed or crashed); "
+    "a new one runs this cell and the context's earlier state is lost]\n"
+)
+_SERVER_RESTARTED = (
+    "[sandgate: the code interpreter was restarted; a new {language} kernel runs this cell "
+    "and the context's earlier state is lost]\n"
+)
 
 
 class UnknownContext(KeyError):
@@ -90,22 +103,43 @@ class Execution:
 
 
 class Context:
-    """A language, a cwd and a kernel started on first use."""
+    """A language, a cwd, a user (``None``: the server's) and a kernel started on first use.
 
-    def __init__(self, language: Language, cwd: str, env: dict[str, str], max_output: int) -> None:
-        self.id = str(uuid.uuid4())
+    ``on_change`` is called whenever the kernel process changes (started, restarted,
+    stopped), so the owner can save the state.
+    """
+
+    def __init__(
+        self,
+        language: Language,
+        cwd: str,
+        env: dict[str, str],
+        max_output: int,
+        *,
+        user: str | None = None,
+        context_id: str | None = None,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.id = context_id or str(uuid.uuid4())
         self.language = language
         self.cwd = cwd
+        self.user = user
         self._env = env
         self._max_output = max_output
+        self._on_change = on_change
         self._kernel: Kernel | None = None
         #: The version of the sandbox-level environment this context's kernel has applied.
         self._applied_env: int | None = None
+        #: A note for the next cell: its state was lost since the previous one.
+        self.state_lost: str | None = None
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
 
     def as_json(self) -> dict[str, Any]:
         return {"id": self.id, "language": self.language.name, "cwd": self.cwd}
+
+    def kernel(self) -> Kernel | None:
+        return self._kernel
 
     async def start(self) -> None:
         """Starts the kernel unless it runs; raises ``KernelStartError``."""
@@ -113,80 +147,140 @@ class Context:
             await self._ensure_kernel()
 
     async def _ensure_kernel(self) -> Kernel:
+        if self._kernel is not None and not await self._kernel.is_alive():
+            self.state_lost = _KERNEL_GONE.format(language=self.language.name)
+            await self._recover(self._kernel)
         if self._kernel is None:
+            await self._make_cwd()
+            kernel = Kernel(
+                self.language.kernel,
+                self.cwd,
+                self._env,
+                self.language.setup(self._max_output),
+                user=self.user,
+            )
+            await kernel.start()
+            self._kernel = kernel
+            self._applied_env = None
+            self._on_change()
+        return self._kernel
+
+    async def _make_cwd(self) -> None:
+        """Creates the working directory, as the context's user; raises ``KernelStartError``."""
+        if self.user is None:
             try:
                 os.makedirs(self.cwd, exist_ok=True)
             except OSError as exc:
                 raise KernelStartError(
                     f"cannot use {self.cwd} as working directory: {exc}"
                 ) from exc
-            kernel = Kernel(
-                self.language.kernel,
-                self.cwd,
-                self._env,
-                self.language.setup(self._max_output),
+            return
+        mkdir = await asyncio.create_subprocess_exec(
+            "sudo",
+            "-n",
+            "-u",
+            self.user,
+            "--",
+            "mkdir",
+            "-p",
+            "--",
+            self.cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            cwd="/",
+        )
+        _, error = await mkdir.communicate()
+        if mkdir.returncode != 0:
+            problem = error.decode(errors="replace").strip() or f"status {mkdir.returncode}"
+            raise KernelStartError(
+                f"cannot use {self.cwd} as working directory as {self.user} "
+                f"(through sudo: is sudo allowed in this sandbox?): {problem}"
             )
-            await kernel.start()
-            self._kernel = kernel
-            self._applied_env = None
-        return self._kernel
 
     async def restart(self) -> None:
         """Restarts the kernel, clearing all state; waits for a running cell first."""
         async with self._lock:
+            self.state_lost = None
             if self._kernel is None:
                 await self._ensure_kernel()
             else:
-                await self._kernel.restart()
                 self._applied_env = None
+                try:
+                    await self._kernel.restart()
+                finally:
+                    self._on_change()
 
     async def shutdown(self) -> None:
         async with self._lock:
             if self._kernel is not None:
                 kernel, self._kernel = self._kernel, None
                 await kernel.shutdown()
+                self._on_change()
 
     async def execute(self, code: str, env_vars: dict[str, str], execution: Execution) -> None:
         """Runs ``code`` with ``env_vars`` set for this cell only, reporting to
-        ``execution``. Never raises for kernel trouble: it becomes an ``error`` event."""
+        ``execution``. Never raises for kernel trouble: it becomes an ``error`` event.
+
+        A kernel found dead before the cell began (killed between cells) is replaced and the
+        cell runs on the new one, after a note on stderr; one that dies while the cell runs
+        ends the cell with a ``KernelDied`` error."""
         async with self._lock:
-            if execution.cancelled:
-                return
-            try:
-                kernel = await self._ensure_kernel()
-            except KernelStartError as exc:
-                execution.emit(error_event("KernelStartError", str(exc), ""))
-                return
-            execution.bind(lambda: self._spawn(kernel.interrupt()))
-            try:
-                sandbox_env = SANDBOX_ENV.current()
-                if sandbox_env.version != self._applied_env:
-                    if sandbox_env.values:
-                        code_env = self.language.export_env(sandbox_env.values)
-                        await kernel.run(code_env, _ignore, silent=True)
-                    self._applied_env = sandbox_env.version
-                if env_vars:
-                    await kernel.run(self.language.set_env(env_vars), _ignore, silent=True)
-                execution.state = ExecutionState.RUNNING
+            for last_try in (False, True):
+                if execution.cancelled:
+                    return
                 try:
-                    await kernel.run(code, execution.emit)
-                finally:
-                    execution.state = ExecutionState.DONE
-                    if env_vars and await kernel.is_alive():
-                        await asyncio.wait_for(
-                            kernel.run(self.language.restore_env(env_vars), _ignore, silent=True),
-                            _RESTORE_TIMEOUT_S,
+                    kernel = await self._ensure_kernel()
+                except KernelStartError as exc:
+                    execution.emit(error_event("KernelStartError", str(exc), ""))
+                    return
+                if self.state_lost is not None:
+                    note = {"type": "stderr", "text": self.state_lost, "timestamp": now_iso()}
+                    execution.emit(note)
+                    self.state_lost = None
+                try:
+                    await self._run_cell(kernel, code, env_vars, execution)
+                    return
+                except KernelDied as exc:
+                    if exc.cell_started or last_try:
+                        execution.emit(
+                            error_event(
+                                "KernelDied",
+                                f"{exc} while running this cell (out of memory, a crash or an "
+                                "explicit exit); it was restarted and the context's state is lost",
+                                "",
+                            )
                         )
-            except KernelDied as exc:
-                execution.emit(
-                    error_event(
-                        "KernelDied",
-                        f"{exc} while running this cell (out of memory, a crash or an explicit "
-                        "exit); it was restarted and the context's state is lost",
-                        "",
+                        await self._recover(kernel)
+                        return
+                    self.state_lost = _KERNEL_GONE.format(language=self.language.name)
+                    await self._recover(kernel)
+
+    async def _run_cell(
+        self, kernel: Kernel, code: str, env_vars: dict[str, str], execution: Execution
+    ) -> None:
+        execution.bind(lambda: self._spawn(kernel.interrupt()))
+        sandbox_env = SANDBOX_ENV.current()
+        if sandbox_env.version != self._applied_env:
+            if sandbox_env.values:
+                code_env = self.language.export_env(sandbox_env.values)
+                await kernel.run(code_env, _ignore, silent=True)
+            self._applied_env = sandbox_env.version
+        if env_vars:
+            await kernel.run(self.language.set_env(env_vars), _ignore, silent=True)
+        execution.state = ExecutionState.RUNNING
+        try:
+            await kernel.run(code, execution.emit)
+        finally:
+            execution.state = ExecutionState.DONE
+            if env_vars and await kernel.is_alive():
+                try:
+                    await asyncio.wait_for(
+                        kernel.run(self.language.restore_env(env_vars), _ignore, silent=True),
+                        _RESTORE_TIMEOUT_S,
                     )
-                )
-                await self._recover(kernel)
+                except KernelDied as exc:  # the cell did run: it must not run again
+                    raise KernelDied(str(exc), cell_started=True) from exc
 
     async def _recover(self, kernel: Kernel) -> None:
         self._applied_env = None
@@ -195,6 +289,8 @@ class Context:
         except KernelStartError:
             await kernel.shutdown()
             self._kernel = None
+        finally:
+            self._on_change()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -245,11 +341,15 @@ def _ignore(event: Event) -> None:
 
 
 class Contexts:
-    """Every context of this sandbox, in creation order."""
+    """Every context of this sandbox, in creation order, saved to ``state`` (if given)
+    whenever a context or its kernel changes."""
 
-    def __init__(self, env: dict[str, str], max_output: int) -> None:
+    def __init__(
+        self, env: dict[str, str], max_output: int, state: StateFile | None = None
+    ) -> None:
         self._env = env
         self._max_output = max_output
+        self._state = state
         self._contexts: dict[str, Context] = {}
         self._defaults: dict[str, str] = {}
 
@@ -268,21 +368,75 @@ class Contexts:
         owner = language_named(language.default_context)
         context_id = self._defaults.get(owner.name)
         if context_id is None or context_id not in self._contexts:
-            context = self.create(owner, DEFAULT_CWD)
-            self._defaults[owner.name] = context.id
-            return context
+            return self.create(owner, DEFAULT_CWD, default=True)
         return self._contexts[context_id]
 
-    def create(self, language: Language, cwd: str) -> Context:
-        context = Context(language, cwd, self._env, self._max_output)
+    def create(
+        self,
+        language: Language,
+        cwd: str,
+        *,
+        user: str | None = None,
+        default: bool = False,
+        context_id: str | None = None,
+    ) -> Context:
+        context = Context(
+            language,
+            cwd,
+            self._env,
+            self._max_output,
+            user=user,
+            context_id=context_id,
+            on_change=self.save,
+        )
         self._contexts[context.id] = context
+        if default:
+            self._defaults[language.name] = context.id
+        self.save()
         return context
 
     async def remove(self, context_id: str) -> None:
         context = self.get(context_id)
         del self._contexts[context_id]
         await context.shutdown()
+        self.save()
 
     async def shutdown(self) -> None:
         for context in list(self._contexts.values()):
             await context.shutdown()
+
+    def restore(self) -> list[str]:
+        """Brings back the contexts a previous server saved (fresh kernels, started on first
+        use) and stops the kernels it left running. Returns what it did, for the log."""
+        if self._state is None:
+            return []
+        saved = self._state.load()
+        done = [
+            f"stopped a leftover kernel (pid {k.pid})" for k in saved.kernels if stop_leftover(k)
+        ]
+        for item in saved.contexts:
+            try:
+                language = language_named(item.language)
+            except UnknownLanguage:
+                continue
+            if item.id in self._contexts or (item.default and language.name in self._defaults):
+                continue
+            context = self.create(
+                language, item.cwd, user=item.user, default=item.default, context_id=item.id
+            )
+            context.state_lost = _SERVER_RESTARTED.format(language=language.name)
+            done.append(f"restored context {item.id} ({language.name})")
+        self.save()
+        return done
+
+    def save(self) -> None:
+        if self._state is None:
+            return
+        defaults = set(self._defaults.values())
+        contexts = [
+            SavedContext(c.id, c.language.name, c.cwd, c.user, c.id in defaults)
+            for c in self._contexts.values()
+        ]
+        records = [c.kernel() for c in self._contexts.values()]
+        kernels = [record for k in records if k is not None and (record := k.record())]
+        self._state.save(State(contexts, kernels))

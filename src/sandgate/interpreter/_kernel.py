@@ -1,4 +1,7 @@
-"""One Jupyter kernel process and the client channels to it, via ``jupyter_client``."""
+"""One Jupyter kernel process and the client channels to it, via ``jupyter_client``.
+
+A kernel runs as the server's own user, or as another user of the sandbox through ``sudo``
+(Sandgate's shim, which asks the guest; signals sent to it reach the kernel)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import Any, cast
 from jupyter_client.manager import AsyncKernelManager
 
 from ._events import Event, event_for
+from ._state import KernelRecord, process_start_time
 
 __all__ = ["Kernel", "KernelDied", "KernelStartError"]
 
@@ -27,35 +31,66 @@ class KernelStartError(RuntimeError):
 
 
 class KernelDied(RuntimeError):
-    """The kernel process exited while a cell ran."""
+    """The kernel process exited while a cell ran. ``cell_started`` says whether the kernel
+    had accepted the cell (``execute_input``) by then: when it had not, the code never ran,
+    so running it on a fresh kernel does not run it twice."""
+
+    def __init__(self, message: str, *, cell_started: bool = False) -> None:
+        super().__init__(message)
+        self.cell_started = cell_started
 
 
 class Kernel:
     """A kernel named ``kernel_name`` (a Jupyter kernel spec) started in ``cwd`` with ``env``;
-    ``setup`` is code run silently after every start and restart.
+    ``setup`` is code run silently after every start and restart. ``user`` names another
+    user of the sandbox to run it as (``None``: the server's user).
 
     Not safe for concurrent ``run`` calls: the owner serialises them (``Context``).
     """
 
     def __init__(
-        self, kernel_name: str, cwd: str, env: dict[str, str], setup: str | None = None
+        self,
+        kernel_name: str,
+        cwd: str,
+        env: dict[str, str],
+        setup: str | None = None,
+        *,
+        user: str | None = None,
     ) -> None:
         self.kernel_name = kernel_name
         self._cwd = cwd
         self._env = env
         self._setup = setup
+        self._user = user
         self._manager: Any = None
         self._client: Any = None
 
     async def start(self) -> None:
         """Starts the process and waits until it answers; raises ``KernelStartError``."""
         manager = AsyncKernelManager(kernel_name=self.kernel_name)
+        cwd = self._cwd
         try:
-            await manager.start_kernel(cwd=self._cwd, env=dict(self._env))
+            if self._user is not None:
+                spec = manager.kernel_spec
+                spec.argv = [*_sudo(self._user, cwd), *spec.argv]
+                cwd = "/"
+            await manager.start_kernel(cwd=cwd, env=dict(self._env))
         except Exception as exc:
             raise KernelStartError(f"cannot start the {self.kernel_name} kernel: {exc}") from exc
         self._manager = manager
-        await self._connect()
+        try:
+            await self._connect()
+        except KernelStartError:
+            await self.shutdown()
+            raise
+
+    def record(self) -> KernelRecord | None:
+        """The running process, for ``_state``; ``None`` when there is none."""
+        pid = getattr(getattr(self._manager, "provisioner", None), "pid", None)
+        if not isinstance(pid, int):
+            return None
+        started = process_start_time(pid)
+        return KernelRecord(pid, started) if started is not None else None
 
     async def _connect(self) -> None:
         client = self._manager.client()
@@ -64,7 +99,12 @@ class Kernel:
             await client.wait_for_ready(timeout=_START_TIMEOUT_S)
         except RuntimeError as exc:
             client.stop_channels()
-            raise KernelStartError(f"the {self.kernel_name} kernel did not answer: {exc}") from exc
+            hint = ""
+            if self._user is not None:
+                hint = f" (it runs as {self._user} through sudo: is sudo allowed in this sandbox?)"
+            raise KernelStartError(
+                f"the {self.kernel_name} kernel did not answer: {exc}{hint}"
+            ) from exc
         self._client = client
         await self._nudge()
         if self._setup:
@@ -145,17 +185,21 @@ class Kernel:
                 code, silent=silent, store_history=not silent, allow_stdin=False, stop_on_error=True
             ),
         )
+        started = False
         while True:
             try:
                 msg = await client.get_iopub_msg(timeout=_POLL_S)
             except queue.Empty:
                 if not await self.is_alive():
-                    raise KernelDied(f"the {self.kernel_name} kernel exited") from None
+                    raise KernelDied(
+                        f"the {self.kernel_name} kernel exited", cell_started=started
+                    ) from None
                 continue
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             msg_type = str(msg["header"]["msg_type"])
             content = dict(msg.get("content") or {})
+            started = started or msg_type == "execute_input"
             if msg_type == "status" and content.get("execution_state") == "idle":
                 break
             event = event_for(msg_type, content)
@@ -194,6 +238,14 @@ class Kernel:
                 await self._client.get_shell_msg(timeout=0)
             except queue.Empty:
                 return
+
+
+def _sudo(user: str, cwd: str) -> list[str]:
+    """The command prefix that runs a kernel as ``user`` in ``cwd``. sudo enters ``cwd`` as
+    the user (the server may not be allowed to). The kernel is then a child of the guest,
+    PID 1 of the sandbox, which ipykernel would take for "my parent has exited" and quit:
+    ``JPY_PARENT_PID=1`` turns that watch off (the server stops its kernels itself)."""
+    return ["sudo", "-n", "-u", user, "-H", "-D", cwd, "--", "JPY_PARENT_PID=1"]
 
 
 def _raise_on_error(event: Event) -> None:

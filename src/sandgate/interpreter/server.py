@@ -6,14 +6,19 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
+import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 from . import _http
-from ._contexts import DEFAULT_CWD, Context, Contexts, Execution, UnknownContext
+from ._contexts import Context, Contexts, Execution, UnknownContext
 from ._events import Event
 from ._kernel import KernelStartError
 from ._languages import UnknownLanguage, language_named
+from ._options import context_cwd, context_user
+from ._state import StateFile
 
 __all__ = ["KEEPALIVE_S", "Server", "main"]
 
@@ -70,10 +75,12 @@ class Server:
     async def _create_context(self, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
         try:
             language = language_named(_optional_str(body, "language"))
-        except UnknownLanguage as exc:
+            user = context_user(_optional_str(body, "user"))
+        except (UnknownLanguage, ValueError) as exc:
             await _http.respond(writer, 400, str(exc), text=True)
             return
-        context = self.contexts.create(language, _optional_str(body, "cwd") or DEFAULT_CWD)
+        cwd = context_cwd(_optional_str(body, "cwd"), user)
+        context = self.contexts.create(language, cwd, user=user)
         try:
             await context.start()
         except KernelStartError as exc:
@@ -199,6 +206,15 @@ def _optional_str(body: dict[str, Any], key: str) -> str | None:
     return value
 
 
+def state_path() -> Path:
+    """Where the server keeps its state for the next one (``_state``):
+    ``SANDGATE_INTERPRETER_STATE`` or ``~/.local/state/sandgate-interpreter/state.json``."""
+    configured = os.environ.get("SANDGATE_INTERPRETER_STATE")
+    if configured:
+        return Path(configured)
+    return Path.home() / ".local" / "state" / "sandgate-interpreter" / "state.json"
+
+
 def kernel_env() -> dict[str, str]:
     """The environment every kernel starts with: the sandbox's, minus our own settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SANDGATE_INTERPRETER_")}
@@ -206,10 +222,13 @@ def kernel_env() -> dict[str, str]:
 
 
 async def serve(port: int, max_output: int) -> None:
-    """Starts the default python kernel, then serves until cancelled."""
+    """Brings back what a previous server left (``Contexts.restore``), starts the default
+    python kernel, then serves until cancelled."""
     # The server's own limit is a backstop for kernels that do not bound themselves
     # (javascript, bash) and for results; python's writers stop at ``max_output``.
-    contexts = Contexts(kernel_env(), max_output)
+    contexts = Contexts(kernel_env(), max_output, StateFile(state_path()))
+    for line in contexts.restore():
+        print(f"sandgate-interpreter: {line}", file=sys.stderr)
     python = contexts.default("python")
     contexts.default("javascript")
     try:
@@ -217,7 +236,7 @@ async def serve(port: int, max_output: int) -> None:
     except KernelStartError as exc:
         print(f"sandgate-interpreter: {exc}; will retry on first use", file=sys.stderr)
     server = Server(contexts, max_output=max_output + _BACKSTOP_SLACK)
-    listener = await asyncio.start_server(server.handle, "127.0.0.1", port)
+    listener = await _listen(server, port)
     print(f"sandgate-interpreter: listening on 127.0.0.1:{port}", file=sys.stderr, flush=True)
     try:
         async with listener:
@@ -226,7 +245,26 @@ async def serve(port: int, max_output: int) -> None:
         await contexts.shutdown()
 
 
+async def _listen(server: Server, port: int) -> asyncio.Server:
+    """Listens on the socket the supervisor handed over (``SANDGATE_INTERPRETER_LISTEN_FD``,
+    already bound, perhaps already listening with requests waiting), else binds its own."""
+    inherited = os.environ.pop("SANDGATE_INTERPRETER_LISTEN_FD", None)
+    if inherited:
+        sock = socket.socket(fileno=int(inherited))
+        return await asyncio.start_server(server.handle, sock=sock)
+    return await asyncio.start_server(server.handle, "127.0.0.1", port)
+
+
 def main() -> None:
     port = int(os.environ.get("SANDGATE_INTERPRETER_PORT", DEFAULT_PORT))
     max_output = int(os.environ.get("SANDGATE_INTERPRETER_MAX_OUTPUT", DEFAULT_MAX_OUTPUT))
-    asyncio.run(serve(port, max_output))
+    asyncio.run(_serve_until_terminated(port, max_output))
+
+
+async def _serve_until_terminated(port: int, max_output: int) -> None:
+    """``serve``, stopped cleanly (kernels shut down, state saved) by SIGTERM."""
+    task = asyncio.current_task()
+    if task is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await serve(port, max_output)

@@ -2,7 +2,7 @@
 // Helpers for the code-interpreter scenarios: executions as plain JSON with the same field
 // names as the Python scenarios (scenarios/python/_code.py).
 
-const RESULT_KEYS = ['text', 'html', 'markdown', 'svg', 'png', 'jpeg', 'pdf', 'latex', 'json', 'javascript']
+const RESULT_KEYS = ['text', 'html', 'markdown', 'svg', 'png', 'jpeg', 'pdf', 'latex', 'json', 'javascript', 'data']
 
 function resultDict(result) {
   const out = {}
@@ -10,6 +10,7 @@ function resultDict(result) {
   out.is_main_result = result.isMainResult
   out.extra = result.extra || {}
   out.chart = result.chart === undefined ? null : result.chart
+  out.chart_class = null // JS charts are plain objects
   return out
 }
 

@@ -15,6 +15,7 @@ RESULT_KEYS = (
     "latex",
     "json",
     "javascript",
+    "data",
     "is_main_result",
     "extra",
 )
@@ -24,6 +25,7 @@ def result_dict(result: Any) -> dict[str, Any]:
     out = {key: getattr(result, key, None) for key in RESULT_KEYS}
     chart = getattr(result, "chart", None)
     out["chart"] = chart.to_dict() if chart is not None else None
+    out["chart_class"] = type(chart).__name__ if chart is not None else None
     return out
 
 
