@@ -34,6 +34,7 @@ def env(config: ConfigOption = None) -> None:
         ("E2B_API_KEY", key),
         ("E2B_API_URL", url),
         ("E2B_SANDBOX_URL", url),
+        ("E2B_VOLUME_API_URL", url),
         ("E2B_DOMAIN", cfg.server.domain),
     ):
         print(f"export {name}={shlex.quote(value)}")

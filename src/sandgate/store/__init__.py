@@ -1,7 +1,9 @@
 """Durable state: SQLAlchemy 2 models and Alembic migrations; SQLite or PostgreSQL."""
 
 from sandgate.store._agents import ACTIVE_RUN_STATES, AgentRecords
+from sandgate.store._secrets import SecretRecords
 from sandgate.store._store import LIVE_STATES, SandboxPage, Store
+from sandgate.store._volumes import VolumeRecords
 from sandgate.store.models import (
     AgentRun,
     AgentRunEvent,
@@ -10,7 +12,9 @@ from sandgate.store.models import (
     AuditEntry,
     Sandbox,
     Team,
+    TeamSecret,
     Template,
+    Volume,
 )
 
 __all__ = [
@@ -24,7 +28,11 @@ __all__ = [
     "AuditEntry",
     "Sandbox",
     "SandboxPage",
+    "SecretRecords",
     "Store",
     "Team",
+    "TeamSecret",
     "Template",
+    "Volume",
+    "VolumeRecords",
 ]
