@@ -69,8 +69,10 @@ _MAX_ENTRIES: Final = 10_000
 _CHUNK: Final = 1024 * 1024
 _RETRIES: Final = 8
 _TEMP_PREFIX: Final = ".sandgate-upload-"
-#: Directory visits a removal may take (a tree a sandbox keeps growing ends in ``Conflict``).
-_REMOVE_STEPS: Final = 1_000_000
+#: Passes a removal may take over a tree a sandbox keeps refilling (then ``Conflict``).
+_REMOVE_STEPS: Final = 16
+#: Directory fds a tree walk holds at most (deeper ones are re-opened by name).
+_FD_WINDOW: Final = 64
 
 
 def check_volume_path(path: str) -> list[str]:
@@ -527,52 +529,110 @@ def _walk(top: int, trail: list[str]) -> int | None:
 def _remove_tree(parent: int, name: str) -> None:
     """Removes the directory ``name`` in ``parent`` and everything in it, iteratively (no
     recursion limit) and without following a link anywhere: links are unlinked, never
-    entered; every directory is opened ``O_NOFOLLOW`` by one name from the one above. A tree
-    a sandbox keeps changing meanwhile is removed as far as it was seen, then ``Conflict``."""
+    entered; every directory is opened ``O_NOFOLLOW`` by one name from the one above, and at
+    most ``_FD_WINDOW`` of them are held at once (``_Trail``). A tree a sandbox keeps changing
+    meanwhile ends in ``Conflict`` after ``_REMOVE_STEPS`` steps."""
     top = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
-    trail: list[str] = []
-    budget = _REMOVE_STEPS
+    trail = _Trail(top)
     try:
-        while budget > 0:
-            budget -= 1
-            current = _walk(top, trail)
-            if current is None:
-                raise Conflict("the directory changed while it was being removed; try again")
+        for _ in range(_REMOVE_STEPS):
+            pending = [_empty_out(top)]
+            while pending:
+                if pending[-1]:
+                    child = pending[-1].pop()
+                    if trail.descend(child):
+                        pending.append(_empty_out(trail.current()))
+                    continue
+                pending.pop()
+                if pending:
+                    last = trail.ascend()
+                    try:
+                        os.rmdir(last, dir_fd=trail.current())
+                    except OSError as exc:
+                        if exc.errno == errno.ENOTEMPTY:
+                            pending[-1].append(last)  # refilled meanwhile: go again
+                        elif exc.errno != errno.ENOENT:
+                            raise
             try:
-                below = _empty_out(current)
-            finally:
-                os.close(current)
-            if below is not None:
-                trail.append(below)
-                continue
-            if not trail:
-                break
-            last = trail.pop()
-            above = _walk(top, trail)
-            if above is None:
-                raise Conflict("the directory changed while it was being removed; try again")
-            try:
-                os.rmdir(last, dir_fd=above)
+                os.rmdir(name, dir_fd=parent)
+                return
             except OSError as exc:
-                if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY):
+                if exc.errno != errno.ENOTEMPTY:
                     raise
-            finally:
-                os.close(above)
-        else:
-            raise Conflict("the directory kept changing while it was being removed; try again")
+        raise Conflict("the directory kept changing while it was being removed; try again")
     finally:
-        os.close(top)
-    os.rmdir(name, dir_fd=parent)
+        trail.close()
 
 
-def _empty_out(dir_fd: int) -> str | None:
+class _Trail:
+    """The way from a pinned directory down to the current one: the names, and fds for the
+    deepest ``_FD_WINDOW`` levels only (shallower ones are re-opened, name by name with
+    ``O_NOFOLLOW``, from the top when the walk climbs back to them)."""
+
+    def __init__(self, top: int) -> None:
+        self._names: list[str] = []
+        self._fds: list[int] = [top]  # one per level, top first; -1 where closed
+        self._lowest = 1  # no level in 1.._lowest-1 holds an fd
+
+    def current(self) -> int:
+        level = len(self._names)
+        if self._fds[level] < 0:
+            # Levels below ``_lowest`` are all closed, and it is above ``level`` now.
+            for depth in range(1, level + 1):
+                if self._fds[depth] < 0:
+                    self._fds[depth] = _open_dir(self._fds[depth - 1], self._names[depth - 1])
+            self._lowest = 1
+            self._trim()
+        return self._fds[level]
+
+    def descend(self, name: str) -> bool:
+        """Enters ``name``; False (and stays) if it is gone or is no directory (a link)."""
+        try:
+            fd = _open_dir(self.current(), name)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                return False
+            raise
+        self._names.append(name)
+        self._fds.append(fd)
+        self._trim()
+        return True
+
+    def ascend(self) -> str:
+        """Leaves the current directory; returns its name."""
+        fd = self._fds.pop()
+        if fd >= 0:
+            os.close(fd)
+        self._lowest = min(self._lowest, len(self._fds))
+        return self._names.pop()
+
+    def close(self) -> None:
+        for fd in self._fds:
+            if fd >= 0:
+                os.close(fd)
+        self._fds = [-1]
+
+    def _trim(self) -> None:
+        """Closes the shallowest open levels until at most ``_FD_WINDOW`` are open."""
+        deepest = len(self._fds) - 1
+        while deepest - self._lowest + 1 > _FD_WINDOW:
+            os.close(self._fds[self._lowest])
+            self._fds[self._lowest] = -1
+            self._lowest += 1
+
+
+def _open_dir(dir_fd: int, name: str) -> int:
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+
+
+def _empty_out(dir_fd: int) -> list[str]:
     """Unlinks every entry of ``dir_fd`` that is not a directory (links included, never
-    followed); returns the name of one subdirectory left, or None when there is none."""
-    below = None
+    followed); returns the names of the subdirectories left."""
+    below = []
     with os.scandir(dir_fd) as entries:
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
-                below = below or entry.name
+                below.append(entry.name)
                 continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.name, dir_fd=dir_fd)
