@@ -143,6 +143,14 @@ def test_volume_is_shared_persistent_and_refuses_deletion_while_mounted(
         assert api.get(f"/volumes/{volume.id}").status_code == 404
     image = volume_server.home / "volumes" / f"{volume.id}.ext4"
     assert not image.exists()
+    audited = [
+        json.loads(line)
+        for line in (volume_server.home / "audit" / "audit.jsonl").read_text().splitlines()
+    ]
+    assert [r["event"] for r in audited if (r.get("detail") or {}).get("volume") == volume.id] == [
+        "volume.created",
+        "volume.deleted",
+    ]
     assert not (MOUNT_DIR / volume.id).exists()
     gone = volume.content("GET", "file", params={"path": "/note.txt"})
     assert gone.status_code == 401, gone.text

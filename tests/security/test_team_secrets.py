@@ -295,3 +295,24 @@ def test_update_network_adds_a_rule_to_a_running_sandbox(
         assert update["secrets"] == ["gh-token"]
     finally:
         kill(sandbox)
+
+
+def test_secret_changes_are_audited_without_values(server: RunningServer) -> None:
+    first, second = f"AUDIT-{secrets.token_hex(8)}", f"AUDIT-{secrets.token_hex(8)}"
+    with _api(server) as api:
+        made = api.post("/secrets", json={"name": "audited", "value": first}).json()
+        assert api.post(f"/secrets/{made['secretID']}", json={"value": second}).status_code == 200
+        assert api.delete(f"/secrets/{made['secretID']}").status_code == 204
+    text = (server.home / "audit" / "audit.jsonl").read_text()
+    records = [json.loads(line) for line in text.splitlines()]
+    changes = [
+        (r["event"], r["detail"]["name"], r["detail"]["version"], r["outcome"])
+        for r in records
+        if r["event"].startswith("secret.") and r["detail"]["secret"] == made["secretID"]
+    ]
+    assert changes == [
+        ("secret.created", "audited", 1, "ok"),
+        ("secret.updated", "audited", 2, "ok"),
+        ("secret.deleted", "audited", 2, "ok"),
+    ]
+    assert first not in text and second not in text
