@@ -1,10 +1,11 @@
 """Team volumes (E2B's ``Volume``): named persistent disks a team creates, mounts into its
 sandboxes at create (``volumeMounts``) and reads and writes through the volume file API.
 
-Lifecycle: create makes the disk image (``_image``) and the row; it lives until deleted, across
-sandbox kills and gateway restarts. A sandbox's create *claims* the volumes it names (held
-against deletion until its row names them, ``mounted_by`` after that); deleting a volume any
-live sandbox mounts (running or paused) is refused with 409, naming the sandboxes.
+Lifecycle: create makes the disk image (``_image``), then the row; delete removes the row, then
+the image. The volume lives until deleted, across sandbox kills and gateway restarts. A
+sandbox's create *claims* the volumes it names (held against deletion until its row names
+them, ``mounted_by`` after that); deleting a volume any live sandbox mounts (running or
+paused) is refused with 409, naming the sandboxes.
 
 Sharing: like E2B, one volume may be mounted by several sandboxes of its team at once, and
 used through the file API meanwhile. All of them see one file system (the host mount; each
@@ -30,6 +31,7 @@ import os
 import re
 import secrets
 import string
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cached_property
@@ -71,6 +73,8 @@ _RESERVED: Final = ("/proc", "/sys", "/dev", GUEST_DIR_IN_SANDBOX)
 #: Host disk kept free beyond every volume's full size when a new one is made.
 _HEADROOM_BYTES: Final = 256 * 1024 * 1024
 _SUFFIX: Final = ".ext4"
+#: A half-made image older than this was left by a crash (an image is made in seconds).
+_STALE_TEMP_S: Final = 3600.0
 _MIB: Final = 1024 * 1024
 
 
@@ -271,21 +275,29 @@ class VolumeService:
     # -- housekeeping -----------------------------------------------------------------------
 
     async def sweep(self) -> None:
-        """Removes what a crash left behind: half-made images and images without a row."""
+        """Tidies what a crash left behind: half-made images older than an hour are removed;
+        an image with no volume row (its delete was cut short) is reported, never removed, in
+        case the directory is shared with another installation."""
         await _thread(self._sweep)
 
     def _sweep(self) -> None:
         if not self._images.is_dir():
             return
         known = {row.id for row in self._records.all()}
+        stale = time.time() - _STALE_TEMP_S
         for path in self._images.iterdir():
-            leftover = path.name.startswith(".") and path.name.endswith(".tmp")
-            orphan = path.suffix == _SUFFIX and path.stem not in known and _ID.fullmatch(path.stem)
-            if leftover or orphan:
+            if path.name.startswith(".") and path.name.endswith(".tmp"):
                 with contextlib.suppress(OSError):
-                    unmount(MOUNT_DIR / path.stem)
-                    path.unlink()
-                log.info("volume.swept", file=path.name)
+                    if path.stat().st_mtime < stale:
+                        path.unlink()
+                        log.info("volume.temp_removed", file=path.name)
+            elif path.suffix == _SUFFIX and _ID.fullmatch(path.stem) and path.stem not in known:
+                log.warning(
+                    "volume.orphan_image",
+                    file=str(path),
+                    hint="no volume names this image (a delete cut short?); remove it by hand "
+                    "if no other installation uses this directory",
+                )
 
     def _image(self, volume_id: str) -> Path:
         return self._images / f"{volume_id}{_SUFFIX}"
