@@ -21,6 +21,7 @@ verified by a certificate, so a rule for one is refused.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -38,6 +39,7 @@ _MAX_RULES: Final = 16
 _MAX_HEADERS: Final = 32
 _MAX_VALUE: Final = 8 * 1024
 _E2B_REFERENCE: Final = "${e2b."
+_NOT_IN_HEADER: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 #: Resolves a secret name to its value; raises ``SecretUnavailable`` (``placeholders``).
 SecretResolver = Callable[[str], str]
@@ -128,8 +130,8 @@ def _check_header(name: Any, value: Any, where: str) -> None:
         )
     if not isinstance(value, str) or len(value) > _MAX_VALUE:
         raise InvalidRequest(f"{where}['{name}'] must be a string of at most {_MAX_VALUE} bytes")
-    if any(c in value for c in "\r\n\0"):
-        raise InvalidRequest(f"{where}['{name}'] cannot contain line breaks or NUL")
+    if _NOT_IN_HEADER.search(value):
+        raise InvalidRequest(f"{where}['{name}'] cannot contain line breaks or control characters")
     rest = SECRET_REFERENCE.sub("", value)
     if _E2B_REFERENCE in rest:
         if "${e2b.identity." in rest:

@@ -50,6 +50,8 @@ _NAME_MAX: Final = 256
 #: Characters a name may not hold: braces end the placeholder; controls are never names.
 _BAD_NAME: Final = re.compile(r"[{}\x00-\x1f\x7f-\x9f]")
 _VALUE_MAX: Final = 16 * 1024
+#: What an HTTP header value cannot hold (RFC 9110 field-value: tab, visible, obs-text).
+_NOT_IN_HEADER: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _METADATA_ENTRIES: Final = 32
 _METADATA_KEY_BYTES: Final = 128
 _METADATA_VALUE_BYTES: Final = 1024
@@ -226,14 +228,16 @@ def _not_found(ref: str) -> NotFound:
 
 def _check_value(value: str) -> None:
     """SECURITY: a value is only ever sent in an HTTP header; one that could split a header
-    (CR, LF) or end a C string (NUL) is refused here, not at the first request."""
+    (CR, LF), end a C string (NUL) or that HTTP would refuse is refused here, not at the first
+    request (where an error quoting it could reach the sandbox)."""
     if not value:
         raise InvalidRequest("a secret's value must not be empty")
     if len(value.encode()) > _VALUE_MAX:
         raise InvalidRequest(f"a secret's value may hold at most {_VALUE_MAX} bytes")
-    if any(c in value for c in "\r\n\0"):
+    if _NOT_IN_HEADER.search(value) or value != value.strip(" \t"):
         raise InvalidRequest(
-            "a secret's value cannot contain line breaks or NUL: it is sent in HTTP headers"
+            "a secret's value cannot contain line breaks, control characters or surrounding "
+            "spaces: it is sent in HTTP headers"
         )
 
 

@@ -57,6 +57,7 @@ def test_parse_rules_canonicalises_hosts_and_secret_names() -> None:
         ({"a.test": _rule(**{"Proxy-Foo": "x"})}, "cannot be set"),
         ({"a.test": _rule(**{"Bad Name": "x"})}, "header name"),
         ({"a.test": _rule(A="x\r\nB: y")}, "line breaks"),
+        ({"a.test": _rule(A="x\x01y")}, "control characters"),
         ({"a.test": _rule(A="${e2b.identity.tokens.aws}")}, "identity"),
         ({"a.test": _rule(A="${e2b.other}")}, "does not know"),
         ({"a.test": _rule(A="${e2b.secrets.sec_x}")}, "reserved"),

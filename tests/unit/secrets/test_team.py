@@ -91,7 +91,8 @@ def test_names_values_metadata_and_quota_are_checked(secrets: TeamSecrets) -> No
     for name in ("", "a{b", "a}b", "tab\tname", "sec_x", " padded", "x" * 257):
         with pytest.raises(InvalidRequest):
             secrets.create("t1", name, "v", None)
-    for value in ("", "a\nb", "a\rb", "a\0b", "x" * (16 * 1024 + 1)):
+    for value in ("", "a\nb", "a\rb", "a\0b", "a\x01b", "a\x7fb", "end ", "\tlead",
+                  "x" * (16 * 1024 + 1)):  # fmt: skip
         with pytest.raises(InvalidRequest):
             secrets.create("t1", "ok", value, None)
     for metadata in (
@@ -102,7 +103,7 @@ def test_names_values_metadata_and_quota_are_checked(secrets: TeamSecrets) -> No
     ):
         with pytest.raises(InvalidRequest):
             secrets.create("t1", "ok", "v", metadata)
-    secrets.create("t1", "one", "v", None)
+    assert secrets.create("t1", "one", "tab\tinside é", None).name == "one"
     with pytest.raises(Conflict):
         secrets.create("t1", "ONE", "v", None)
     secrets.create("t1", "two", "v", None)
