@@ -38,9 +38,16 @@ def test_env_prints_exports_and_reuses_its_key(tmp_path: Path) -> None:
     second = sandgate(tmp_path, "env").stdout
     assert first == second
     exports = dict(re.findall(r"^export (E2B_[A-Z_]+)=(.*)$", first, re.M))
-    assert set(exports) == {"E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DOMAIN"}
+    assert set(exports) == {
+        "E2B_API_KEY",
+        "E2B_API_URL",
+        "E2B_SANDBOX_URL",
+        "E2B_VOLUME_API_URL",
+        "E2B_DOMAIN",
+    }
     assert re.fullmatch(r"e2b_[0-9a-f]{40}", exports["E2B_API_KEY"])
     assert exports["E2B_API_URL"] == "http://127.0.0.1:7788" == exports["E2B_SANDBOX_URL"]
+    assert exports["E2B_VOLUME_API_URL"] == exports["E2B_API_URL"]
     assert oct((tmp_path / "default-api-key").stat().st_mode & 0o777) == "0o600"
 
 

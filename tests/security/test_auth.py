@@ -24,6 +24,29 @@ CONTROL_ROUTES = [
     ("POST", "/v2/sandboxes/abc/connect"),
     ("POST", "/sandboxes/abc/pause"),
     ("POST", "/sandboxes/abc/resume"),
+    ("PUT", "/sandboxes/abc/network"),
+]
+#: Team secrets and volumes (issue 13): the same API key.
+TEAM_ROUTES = [
+    ("POST", "/secrets"),
+    ("GET", "/secrets"),
+    ("GET", "/secrets/abc"),
+    ("POST", "/secrets/abc"),
+    ("DELETE", "/secrets/abc"),
+    ("POST", "/volumes"),
+    ("GET", "/volumes"),
+    ("GET", "/volumes/abc"),
+    ("DELETE", "/volumes/abc"),
+]
+#: The volume file API: a volume token (``Authorization: Bearer``), never an API key.
+VOLUME_CONTENT_ROUTES = [
+    ("GET", "/volumecontent/abc/dir"),
+    ("POST", "/volumecontent/abc/dir"),
+    ("GET", "/volumecontent/abc/path"),
+    ("PATCH", "/volumecontent/abc/path"),
+    ("DELETE", "/volumecontent/abc/path"),
+    ("GET", "/volumecontent/abc/file"),
+    ("PUT", "/volumecontent/abc/file"),
 ]
 
 
@@ -40,11 +63,43 @@ def test_AUTH_01_every_control_route_needs_a_key(
 def test_AUTH_01_the_route_list_is_complete(sandgate_server: RunningServer) -> None:
     """Fails when a control-plane route is added without being listed (and so tested) above."""
     from sandgate.api.e2b.control import build_control_router
+    from sandgate.api.e2b.secrets import build_secrets_router
+    from sandgate.api.e2b.volume_content import build_volume_content_app
+    from sandgate.api.e2b.volumes import build_volumes_router
 
     router = build_control_router(None, None, "x")  # type: ignore[arg-type]
     declared = {(m, r.path) for r in router.routes for m in r.methods}  # type: ignore[attr-defined]
     listed = {(m, p.replace("abc", "{sandbox_id}")) for m, p in CONTROL_ROUTES}
     assert declared == listed
+    team = [build_secrets_router(None, None), build_volumes_router(None, None)]  # type: ignore[arg-type]
+    declared = {(m, r.path) for t in team for r in t.routes for m in r.methods}  # type: ignore[attr-defined]
+    ids = {"/secrets/abc": "/secrets/{secret_id}", "/volumes/abc": "/volumes/{volume_id}"}
+    assert declared == {(m, ids.get(p, p)) for m, p in TEAM_ROUTES}
+    content = build_volume_content_app(None)  # type: ignore[arg-type]
+    declared = {(m, r.path) for r in content.routes for m in getattr(r, "methods", ())}
+    listed = {(m, p.replace("abc", "{volume_id}")) for m, p in VOLUME_CONTENT_ROUTES}
+    assert declared == listed
+
+
+@pytest.mark.parametrize(("method", "path"), TEAM_ROUTES)
+def test_AUTH_01_every_secret_and_volume_route_needs_a_key(
+    sandgate_server: RunningServer, method: str, path: str
+) -> None:
+    response = httpx.request(method, sandgate_server.url + path, json={"name": "x", "value": "v"})
+    assert response.status_code == 401
+    assert "E2B_API_KEY" in response.json()["message"]
+
+
+@pytest.mark.parametrize(("method", "path"), VOLUME_CONTENT_ROUTES)
+def test_AUTH_01_every_volume_file_route_needs_the_volume_token(
+    sandgate_server: RunningServer, method: str, path: str
+) -> None:
+    for headers in ({}, {"X-API-Key": sandgate_server.api_key}, {"Authorization": "Bearer x"}):
+        response = httpx.request(
+            method, sandgate_server.url + path, params={"path": "/"}, headers=headers
+        )
+        assert response.status_code == 401, (headers, response.text)
+        assert response.json()["code"] == 401
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sandgate.access import authenticate_api_key
 from sandgate.agents import build_runner, skills_hook, with_autonomy
 from sandgate.api.e2b import UploadLimits, build_control_router, build_envd_app
+from sandgate.api.e2b.secrets import build_secrets_router
 from sandgate.api.e2b.templates import build_templates_router
 from sandgate.api.e2b.unserved import CONTROL_UNSERVED, unserved_error
+from sandgate.api.e2b.volume_content import build_volume_content_app, with_volume_content
+from sandgate.api.e2b.volumes import build_volumes_router
 from sandgate.api.errors import e2b_error, e2b_error_response
 from sandgate.api.mcp import MCP_PATH, McpHttp
 from sandgate.api.ports import PortProxy
@@ -38,10 +41,12 @@ from sandgate.runtimes.floors import FloorReport
 from sandgate.runtimes.select import select
 from sandgate.sandboxes import SandboxService
 from sandgate.sandboxes.catalog import ENVD_VERSION
-from sandgate.store import Store, TemplateRecords
+from sandgate.secrets import TeamSecrets
+from sandgate.store import SecretRecords, Store, TemplateRecords, VolumeRecords
 from sandgate.templates import layer_backend, prepare_template_tree, remove_stale_builds
 from sandgate.templates.builds import BuildService
 from sandgate.tools import ToolGatewayHook, build_gateway
+from sandgate.volumes import VolumeService
 
 __all__ = ["Application", "create_app"]
 
@@ -72,6 +77,19 @@ class Application:
             self.gateway, store, list(config.agents), home / "tools" / "staging"
         )
         self.skills_hook = skills_hook(config)  # agent runner (issue 7)
+        # Team secrets and volumes (issue 13): E2B's /secrets, /volumes, /volumecontent.
+        self.team_secrets = TeamSecrets(
+            SecretRecords(store),
+            home / "secrets" / "team-secrets.key",
+            max_per_team=config.limits.max_secrets_per_team,
+        )
+        self.volumes = VolumeService(
+            VolumeRecords(store),
+            images_dir=config.volumes_dir,
+            key_path=home / "volumes" / "tokens.key",
+            size_mib=config.limits.volume_mib,
+            max_per_team=config.limits.max_volumes_per_team,
+        )
         # Egress (issue 6): per-sandbox proxy socket; agents as the tool gateway decides them.
         self.egress_hook = EgressHook(
             config.egress,
@@ -79,6 +97,7 @@ class Application:
             lambda row: self.gateway_hook.subject(row).agent,
             secrets=self.gateway.secrets,
             state_dir=home / "egress",
+            team_secrets=self.team_secrets,
         )
         self.sandboxes = SandboxService(
             config,
@@ -88,6 +107,8 @@ class Application:
             guest_zipapp=build_zipapp(home / "guest" / "guest.pyz"),
             hooks=[self.gateway_hook, self.skills_hook, self.egress_hook],
             audit=self._audit_sandbox_event,
+            network=self.egress_hook,
+            volumes=self.volumes,
         )
         # -- team templates (issue 18): the E2B template API and its build jobs -------------
         instance = instance_id(home)
@@ -133,6 +154,8 @@ class Application:
                 max_memory=config.limits.max_memory_mb,
             )
         )
+        control.include_router(build_secrets_router(self.team_secrets, self._audit_event))
+        control.include_router(build_volumes_router(self.volumes, self._audit_event))
         control.include_router(build_v1_router(self.gateway, store))
         control.include_router(build_agents_router(self.agents, store))  # agent runner
         # -- MCP over streamable HTTP (issue 7): /v1/mcp, same keys; sessions in _lifespan --
@@ -145,9 +168,15 @@ class Application:
             # helpers read only it); the rest says whether sandboxes can start here.
             return {"status": "ok", **floor_health(self.floors, self.runtime.name)}
 
+        volume_content = build_volume_content_app(self.volumes)
+        _install_error_handlers(volume_content)
         self.asgi: ASGIApp = Router(
             TemplateUploads(
-                BodyLimit(StrictJsonBody(control), config.server.max_json_body_bytes), control
+                with_volume_content(
+                    BodyLimit(StrictJsonBody(control), config.server.max_json_body_bytes),
+                    volume_content,
+                ),
+                control,
             ),
             build_envd_app(UploadLimits(config.limits.max_upload_bytes)),
             self.sandboxes,
@@ -157,10 +186,16 @@ class Application:
     async def _audit_sandbox_event(self, record: dict[str, Any]) -> None:
         await asyncio.to_thread(self.gateway.audit.append, record)
 
+    async def _audit_event(self, record: dict[str, Any]) -> None:
+        """An API change (a secret, a volume): written before the call answers; a failure
+        is the caller's 503 (the change is made, its record is not)."""
+        await asyncio.to_thread(self.gateway.audit.append, record)
+
     @asynccontextmanager
     async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         await self.gateway.registry.load_mcp(self.gateway.secrets)
         self.templates.recover()
+        await self.volumes.sweep()
         await self.sandboxes.start()
         await self.agents.start()
         log.info("server.ready", runtime=self.runtime.name)

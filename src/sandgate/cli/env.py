@@ -38,6 +38,7 @@ def env(config: ConfigOption = None) -> None:
             ("E2B_API_KEY", key),
             ("E2B_API_URL", url),
             ("E2B_SANDBOX_URL", url),
+            ("E2B_VOLUME_API_URL", url),
             ("E2B_DOMAIN", cfg.server.domain),
         ):
             print(f"export {name}={shlex.quote(value)}")
@@ -59,9 +60,13 @@ def _print_https(cfg: Config, key: str, host: str) -> None:
     if server_tls.ca is not None:
         literal = f"[{host}]" if ":" in host else host
         address = f"https://{literal}:{port}"
-        variables |= {"E2B_API_URL": address, "E2B_SANDBOX_URL": address}
+        variables |= {
+            "E2B_API_URL": address,
+            "E2B_SANDBOX_URL": address,
+            "E2B_VOLUME_API_URL": address,
+        }
     else:
-        variables["E2B_API_URL"] = f"https://api.{domain}"
+        variables["E2B_API_URL"] = variables["E2B_VOLUME_API_URL"] = f"https://api.{domain}"
     variables |= client_trust_env(server_tls)
     for name, value in variables.items():
         print(f"export {name}={shlex.quote(value)}")

@@ -67,6 +67,8 @@ from sandgate.config._presets import PRESETS
 
 __all__ = [
     "DEFAULT_PORTS",
+    "HEADER_NAME",
+    "UNSUBSTITUTABLE_HEADERS",
     "EgressConfig",
     "EgressRule",
     "PresetRule",
@@ -80,10 +82,10 @@ _HOST = re.compile(r"^(\*|(\*\.)?[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?)$
 _BOUND_HOST = re.compile(r"^(\*\.)?[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$")
 #: A bare word: no dot, no port, no wildcard. Always a preset name, never a host.
 _PRESET_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
-_HEADER = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 #: Headers a placeholder may never be substituted into: framing, routing and proxy control.
-_UNSUBSTITUTABLE = frozenset(
+UNSUBSTITUTABLE_HEADERS = frozenset(
     {
         "host",
         "content-length",
@@ -241,7 +243,7 @@ class SecretBinding(_Section):
                 )
         _check_ports(self.ports)
         for header in self.headers:
-            if not _HEADER.match(header) or header.lower() in _UNSUBSTITUTABLE:
+            if not HEADER_NAME.match(header) or header.lower() in UNSUBSTITUTABLE_HEADERS:
                 raise ValueError(
                     f"secret '{self.secret}': '{header}' cannot carry a secret; name request "
                     "headers like Authorization or X-Api-Key"
@@ -280,6 +282,9 @@ class EgressConfig(_Section):
     #: Extra CA certificates (PEM) trusted when the proxy itself connects over TLS to a bound
     #: host, on top of the system's (a corporate CA; a test fixture's CA).
     upstream_ca_file: Path | None = None
+    #: Ports on which the header rules of E2B's ``network.rules`` apply (HTTPS only: the
+    #: proxy terminates TLS there for a rule's host). E2B's are HTTPS on 443.
+    transform_ports: list[int] = Field(default_factory=lambda: [443], min_length=1)
 
     def with_presets(self, names: Iterable[str]) -> EgressConfig:
         """A copy whose ``allow`` (every sandbox) also lists these presets."""
@@ -289,6 +294,7 @@ class EgressConfig(_Section):
 
     @model_validator(mode="after")
     def _unique_variables(self) -> EgressConfig:
+        _check_ports(self.transform_ports)
         seen: set[str] = set()
         for binding in self.secrets:
             if binding.env_name in seen:

@@ -149,6 +149,9 @@ class RuntimeConfig(_Section):
     #: A YAML file of further floors, in the shipped list's format (``floors:`` only). They add
     #: to the shipped floors; nothing in it can relax them.
     extra_floors: Path | None = None
+    #: Where team volumes' disk images are kept (``<id>.ext4``). Empty means
+    #: ``$SANDGATE_HOME/volumes``. Back it up with the store.
+    volumes_dir: Path | None = None
 
 
 class LimitsConfig(_Section):
@@ -174,6 +177,12 @@ class LimitsConfig(_Section):
     max_ptys: int = Field(64, ge=4, le=1024)
     max_sandboxes_per_team: int = Field(20, ge=0)
     max_sandboxes_total: int = Field(200, ge=0)
+    #: Each team volume's capacity (E2B ``Volume``; bytes and inodes, one inode per 16 KiB):
+    #: an ext4 image under ``runtime.volumes_dir``, sparse, so host disk is used as it fills.
+    volume_mib: int = Field(1024, ge=16, le=16 * 1024 * 1024)
+    max_volumes_per_team: int = Field(20, ge=0)
+    #: Team secrets (E2B ``Secret``) per team.
+    max_secrets_per_team: int = Field(100, ge=0)
 
     @property
     def max_upload_bytes(self) -> int:
@@ -272,6 +281,11 @@ class Config(_Section):
     def rootfs_dir(self) -> Path:
         """Where template root file systems live (``runtime.rootfs_dir``)."""
         return (self.runtime.rootfs_dir or self.home / "rootfs").expanduser()
+
+    @property
+    def volumes_dir(self) -> Path:
+        """Where team volumes' images live (``runtime.volumes_dir``)."""
+        return (self.runtime.volumes_dir or self.home / "volumes").expanduser()
 
     @property
     def store_url(self) -> str:

@@ -188,7 +188,10 @@ async def exchange(
         forwarded = h11.Request(method=request.method, target=target, headers=headers)
         up_writer.write(outbound.send(forwarded) or b"")
     except h11.LocalProtocolError as exc:
-        raise Refused(400, "bad_request", "bad_request", str(exc)) from None
+        # SECURITY: h11 quotes the offending header; after substitution that may be a secret,
+        # and this answer goes back into the sandbox.
+        detail = str(exc) if not used else f"a header is not valid HTTP once {used} is set"
+        raise Refused(400, "bad_request", "bad_request", detail) from None
     scrubber = secrets.scrubber() if secrets is not None else Scrubber(())
     upward = asyncio.ensure_future(
         _upward(client, inbound, outbound, up_writer, idle_timeout_s, result)

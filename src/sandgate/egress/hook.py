@@ -1,11 +1,13 @@
 """The egress side of the sandbox lifecycle (``sandboxes.SandboxHook``).
 
 On attach: build the sandbox's policy from the config and its store row (template, agent,
-``allow_internet_access``, ``network``), bind its secrets (placeholders, and for those the CA
-files ``/run/sandgate/egress-ca.pem`` and ``/run/sandgate/ca-certificates.crt``: the
-gateway's trusted roots plus the CA), serve its ``egress.sock``, audit the policy, and return
-the variables for its processes (proxy, placeholders, CA bundle). On detach: close the socket
-and every tunnel.
+``allow_internet_access``, ``network``), bind its secrets (placeholders from ``egress.secrets``
+and the header rules of ``network.rules`` with the team's secrets; for those the CA files
+``/run/sandgate/egress-ca.pem`` and ``/run/sandgate/ca-certificates.crt``: the gateway's
+trusted roots plus the CA), serve its ``egress.sock``, audit the policy, and return the
+variables for its processes (proxy, placeholders, CA bundle). On ``update_network`` (E2B's
+``PUT /sandboxes/{id}/network``): the same from the updated row, swapped into the live socket.
+On detach: close the socket and every tunnel.
 
 SECURITY: the proxy variables are a convenience for clients that honour them; the boundary is
 that a sandbox has no network interface but loopback, so the socket is its only way out.
@@ -24,16 +26,24 @@ import structlog
 
 from sandgate.audit import AuditLog
 from sandgate.config import EgressConfig
-from sandgate.egress.placeholders import SandboxSecrets, bind_secrets, load_key
+from sandgate.egress.placeholders import (
+    BoundSecret,
+    SandboxSecrets,
+    SecretUnavailable,
+    bind_secrets,
+    load_key,
+)
 from sandgate.egress.resolver import Resolver
-from sandgate.egress.rules import build_policy, validate_rules
+from sandgate.egress.rules import EgressPolicy, build_policy, validate_rules
 from sandgate.egress.tls import CA_ENV, EgressCA, upstream_context
+from sandgate.egress.transforms import HeaderTransforms, SecretResolver, secret_names
 from sandgate.egress.tunnel import EgressSocket, Interception, TunnelLimits
-from sandgate.errors import InvalidRequest
+from sandgate.errors import InvalidRequest, SandboxUnavailable
 from sandgate.guest.protocol import EGRESS_PROXY_PORT
 from sandgate.runtimes.base import GUEST_DIR_IN_SANDBOX
 from sandgate.sandboxes.publish import publish_file
 from sandgate.secrets import SecretStore
+from sandgate.secrets.team import SecretUnreadable, TeamSecrets
 from sandgate.store import Sandbox
 
 __all__ = ["PROXY_ENV", "EgressHook"]
@@ -63,14 +73,19 @@ class EgressHook:
         *,
         secrets: SecretStore | None = None,
         state_dir: Path | None = None,
+        team_secrets: TeamSecrets | None = None,
     ) -> None:
         """``agent_of`` names the declared agent a sandbox acts as (the tool gateway decides,
         with its team checks), or None. ``secrets`` and ``state_dir`` (where the CA and the
-        placeholder key live) are needed when ``config.secrets`` binds any. Raises
-        ``InvalidHost`` for a bad configured rule."""
+        placeholder key live) are needed when ``config.secrets`` binds any; ``team_secrets``
+        (with ``state_dir``) when sandboxes may use ``network.rules``. Raises ``InvalidHost``
+        for a bad configured rule."""
         validate_rules(config)
         if config.secrets and (secrets is None or state_dir is None):
             raise ValueError("egress.secrets needs the secret store and a state directory")
+        if team_secrets is not None and state_dir is None:
+            raise ValueError("network.rules need a state directory for the CA")
+        self._team_secrets = team_secrets
         self._secret_store = secrets
         self._state_dir = state_dir
         self._config = config
@@ -108,18 +123,45 @@ class EgressHook:
             return False
         return policy.reaches_internet
 
-    async def attach(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
-        """Raises ``InvalidRequest`` when the create call asks for egress the operator does
-        not permit (a new sandbox only; an adopted one drops such entries)."""
-        agent = self._agent_of(sandbox)
-        policy = build_policy(
+    def check_network(self, sandbox: Sandbox) -> EgressPolicy:
+        """The policy ``sandbox``'s row asks for, refused with ``InvalidRequest`` when it asks
+        for egress the operator does not permit or names team secrets that do not exist."""
+        policy = self._policy(sandbox, strict=True)
+        self._check_rule_secrets(sandbox)
+        return policy
+
+    def _policy(self, sandbox: Sandbox, *, strict: bool) -> EgressPolicy:
+        return build_policy(
             self._config,
             template=sandbox.alias,
-            agent=agent,
+            agent=self._agent_of(sandbox),
             internet_access=sandbox.allow_internet_access,
             network=sandbox.network,
-            strict=sandbox.state == "starting",
+            strict=strict,
         )
+
+    def _check_rule_secrets(self, sandbox: Sandbox) -> None:
+        rules = (sandbox.network or {}).get("rules") or {}
+        if not rules:
+            return
+        if self._team_secrets is None:
+            raise InvalidRequest("network.rules are not supported by this server")
+        missing = self._team_secrets.missing(sandbox.team_id, secret_names(rules))
+        if missing:
+            raise InvalidRequest(
+                f"network.rules refer to secret '{missing[0]}', which your team does not have; "
+                "create it first (Secret.create / POST /secrets)"
+            )
+
+    async def attach(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
+        """Raises ``InvalidRequest`` when the create call asks for egress the operator does
+        not permit, or names missing team secrets (a new sandbox only; an adopted one drops
+        such entries)."""
+        agent = self._agent_of(sandbox)
+        strict = sandbox.state == "starting"
+        policy = self._policy(sandbox, strict=strict)
+        if strict:
+            self._check_rule_secrets(sandbox)
         interception = self._interception(sandbox, agent, host_dir)
         previous = self._sockets.pop(sandbox.id, None)
         if previous is not None:
@@ -149,31 +191,77 @@ class EgressHook:
         env = dict(PROXY_ENV)
         if interception is not None:
             env.update(interception.secrets.env)
-            paths = {
-                "bundle": f"{GUEST_DIR_IN_SANDBOX}/{_BUNDLE_FILE}",
-                "ca": f"{GUEST_DIR_IN_SANDBOX}/{_CA_FILE}",
-            }
-            env.update({name: value.format(**paths) for name, value in CA_ENV.items()})
+            env.update(_ca_env())
         return env
+
+    async def update_network(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
+        """Applies ``sandbox``'s updated row (``network``, ``allow_internet_access``) to its
+        live socket: new connections follow the new policy and rules at once; open tunnels
+        the new ones refuse are cut (``EgressSocket.replace``). Audited. Returns the CA
+        variables a sandbox with header rules or bound secrets needs (the caller gives them
+        to processes started from now on), or ``{}``. Raises ``InvalidRequest`` (the update
+        asks for more than the operator permits, or names missing secrets) and
+        ``SandboxUnavailable`` (no socket: the sandbox is not attached here)."""
+        server = self._sockets.get(sandbox.id)
+        if server is None:
+            raise SandboxUnavailable(
+                f"sandbox {sandbox.id} has no egress socket here; it may be restarting"
+            )
+        policy = self.check_network(sandbox)
+        agent = self._agent_of(sandbox)
+        interception = self._interception(sandbox, agent, host_dir)
+        # Audited before it takes effect: an update that cannot be recorded is not made.
+        self._audit.append(
+            {
+                "event": "egress.update",
+                "sandbox": sandbox.id,
+                "subject": {
+                    "sandbox": sandbox.id,
+                    "team": sandbox.team_id,
+                    "api_key": sandbox.api_key_id,
+                    "agent": agent,
+                },
+                "outcome": "updated",
+                "policy": dict(policy.summary),
+                "internet": policy.reaches_internet,
+                "rules": _rule_summary(sandbox),
+                "secrets": interception.secrets.names if interception else [],
+            }
+        )
+        server.replace(policy, interception)
+        return _ca_env() if interception is not None else {}
 
     def _interception(
         self, sandbox: Sandbox, agent: str | None, host_dir: Path
     ) -> Interception | None:
-        if not self._config.secrets or self._secret_store is None:
-            return None
-        bound = bind_secrets(
-            self._config.secrets,
-            self._placeholder_key,
-            sandbox.id,
-            template=sandbox.alias,
-            agent=agent,
-        )
-        if not bound:
+        bound: tuple[BoundSecret, ...] = ()
+        if self._config.secrets and self._secret_store is not None:
+            bound = bind_secrets(
+                self._config.secrets,
+                self._placeholder_key,
+                sandbox.id,
+                template=sandbox.alias,
+                agent=agent,
+            )
+        transforms = self._transforms(sandbox)
+        if not bound and transforms is None:
             return None
         ca = self._ca
         publish_file(host_dir, _CA_FILE, ca.pem)
         publish_file(host_dir, _BUNDLE_FILE, _system_roots() + b"\n" + ca.pem)
-        return Interception(SandboxSecrets(bound, self._secret_store), ca, self._upstream)
+        secrets = SandboxSecrets(bound, self._secret_store, transforms)
+        return Interception(secrets, ca, self._upstream)
+
+    def _transforms(self, sandbox: Sandbox) -> HeaderTransforms | None:
+        rules = (sandbox.network or {}).get("rules") or {}
+        if not rules or self._team_secrets is None:
+            return None
+        transforms = HeaderTransforms(
+            rules,
+            _team_resolver(self._team_secrets, sandbox.team_id),
+            self._config.transform_ports,
+        )
+        return transforms or None
 
     @cached_property
     def _ca(self) -> EgressCA:
@@ -193,6 +281,42 @@ class EgressHook:
         server = self._sockets.pop(sandbox_id, None)
         if server is not None:
             await server.close()
+
+
+def _ca_env() -> dict[str, str]:
+    """The variables that make common clients trust the CA (through the bundle)."""
+    paths = {
+        "bundle": f"{GUEST_DIR_IN_SANDBOX}/{_BUNDLE_FILE}",
+        "ca": f"{GUEST_DIR_IN_SANDBOX}/{_CA_FILE}",
+    }
+    return {name: value.format(**paths) for name, value in CA_ENV.items()}
+
+
+def _team_resolver(team_secrets: TeamSecrets, team_id: str) -> SecretResolver:
+    """Resolves the team's secrets by name for the proxy, in the proxy's terms."""
+
+    def resolve(name: str) -> str:
+        try:
+            return team_secrets.resolve(team_id, name)
+        except SecretUnreadable as exc:
+            raise SecretUnavailable(str(exc)) from None
+
+    return resolve
+
+
+def _rule_summary(sandbox: Sandbox) -> dict[str, list[str]]:
+    """For the audit record: each rule host with the header *names* its rules set (values
+    may hold literal credentials, so they are never recorded)."""
+    rules = (sandbox.network or {}).get("rules") or {}
+    summary: dict[str, list[str]] = {}
+    for host, host_rules in rules.items():
+        names: list[str] = []
+        for rule in host_rules:
+            for name in (rule.get("transform") or {}).get("headers") or {}:
+                if name not in names:
+                    names.append(name)
+        summary[host] = names
+    return summary
 
 
 def _system_roots() -> bytes:

@@ -10,6 +10,10 @@ Trust: the placeholder is not secret; the value is. ``SandboxSecrets`` swaps pla
 value only in the configured headers of a request whose destination (canonical host and port,
 the one the proxy dialled and verified over TLS) a binding covers, and only for this sandbox's
 own placeholders. It also scrubs the values out of anything flowing back (SEC-04).
+
+A sandbox's team secrets reach the same place by another route: the header rules of its
+``network.rules`` (``transforms``), applied after the placeholders, on the same verified
+destinations, with their values scrubbed alike.
 """
 
 from __future__ import annotations
@@ -22,12 +26,15 @@ import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from sandgate.config import SecretBinding
 from sandgate.egress.names import Host, canonical_host
 from sandgate.errors import ToolFailed
 from sandgate.secrets import SecretStore
+
+if TYPE_CHECKING:
+    from sandgate.egress.transforms import HeaderTransforms
 
 __all__ = [
     "PLACEHOLDER_PREFIX",
@@ -129,14 +136,20 @@ def bind_secrets(
 
 
 class SandboxSecrets:
-    """One sandbox's bound secrets; values are read from the store at each use."""
+    """One sandbox's bound secrets and header rules; values are read at each use."""
 
-    def __init__(self, bound: Iterable[BoundSecret], store: SecretStore) -> None:
+    def __init__(
+        self,
+        bound: Iterable[BoundSecret],
+        store: SecretStore | None,
+        transforms: HeaderTransforms | None = None,
+    ) -> None:
         self._bound = tuple(bound)
         self._store = store
+        self._transforms = transforms
 
     def __bool__(self) -> bool:
-        return bool(self._bound)
+        return bool(self._bound) or bool(self._transforms)
 
     @property
     def env(self) -> dict[str, str]:
@@ -145,10 +158,14 @@ class SandboxSecrets:
 
     @property
     def names(self) -> list[str]:
-        return sorted({b.secret for b in self._bound})
+        """Operator secrets bound by placeholder, then team secrets named by header rules."""
+        team = self._transforms.secret_names if self._transforms is not None else []
+        return sorted({b.secret for b in self._bound}) + team
 
     def intercepts(self, host: Host, port: int) -> bool:
         """True if requests to ``host:port`` may carry a secret, so TLS must be terminated."""
+        if self._transforms is not None and self._transforms.intercepts(host, port):
+            return True
         return any(b.covers(host, port) for b in self._bound)
 
     def substitute(
@@ -167,19 +184,26 @@ class SandboxSecrets:
                     if binding.secret not in used:
                         used.append(binding.secret)
             out.append((name, value))
+        if self._transforms is not None:
+            out, from_rules = self._transforms.apply(out, host, port)
+            used += [name for name in from_rules if name not in used]
         return out, used
 
     def scrubber(self) -> Scrubber:
         """Masks every bound value in a stream of bytes flowing back into the sandbox."""
         values = []
-        for name in self.names:
+        for name in sorted({b.secret for b in self._bound}):
             try:
                 values.append(self._value(name))
             except SecretUnavailable:
                 continue
+        if self._transforms is not None:
+            values += self._transforms.values()
         return Scrubber(values)
 
     def _value(self, name: str) -> bytes:
+        if self._store is None:
+            raise SecretUnavailable(f"secret '{name}': no operator secrets are configured")
         try:
             value = self._store.resolve([name])[name]
         except ToolFailed as exc:

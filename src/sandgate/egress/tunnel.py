@@ -124,6 +124,8 @@ class EgressSocket(SandboxListener):
         self._resolver = resolver
         self._audit = audit
         self._limits = limits
+        #: Where each open tunnel goes (canonical host, port), for ``replace``.
+        self._destinations: dict[asyncio.Task[None], tuple[Host, int]] = {}
         super().__init__()
 
     @property
@@ -133,6 +135,31 @@ class EgressSocket(SandboxListener):
     @property
     def policy(self) -> EgressPolicy:
         return self._policy
+
+    @property
+    def interception(self) -> Interception | None:
+        return self._interception
+
+    def replace(self, policy: EgressPolicy, interception: Interception | None) -> list[str]:
+        """Swaps in a new policy and header rules (``update_network``): new connections are
+        judged by them at once. An open tunnel the new policy refuses, or whose TLS handling
+        changes (a rule added or removed for its host), is cut, with an audit record, so a
+        revoked destination loses its connections too and no tunnel keeps injecting a removed
+        secret. Returns the ``host:port`` of the tunnels cut."""
+        before = self._interception
+        self._policy, self._interception = policy, interception
+        cut = []
+        for task, (host, port) in list(self._destinations.items()):
+            was = before is not None and before.secrets.intercepts(host, port)
+            now = interception is not None and interception.secrets.intercepts(host, port)
+            if policy.decide(host, port).allowed and was == now:
+                continue
+            task.cancel()
+            target = f"{format_host(host)}:{port}"
+            cut.append(target)
+            with contextlib.suppress(Refused):
+                self._record(None, "closed", "policy_updated", event="egress.close", target=target)
+        return cut
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -159,6 +186,7 @@ class EgressSocket(SandboxListener):
             pass
         finally:
             self._tasks.discard(task)
+            self._destinations.pop(task, None)
             writer.transport.abort()
 
     async def _tunnel(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -170,6 +198,9 @@ class EgressSocket(SandboxListener):
             self._record(None, "denied", bad.reason, detail=str(bad))
             raise Refused(400, "bad_request", bad.reason, str(bad)) from None
         host, decision = self._decide(request)
+        task = asyncio.current_task()
+        if task is not None:
+            self._destinations[task] = (host, request.port)
         addresses = await self._resolve(request, host, decision)
         authority = Authority(host, request.port)
         if not request.is_connect:

@@ -12,6 +12,8 @@ sandbox's root uid, which bubblewrap runs as)::
     root/    overlay(lower, upper): the sandbox's "/", writable, nosuid, nodev
     pts/     a devpts instance of its own, capped at limits.max_ptys (RES-14)
     run/     the sandbox's host directory (guest code, sockets, tool stubs), read-only
+    volumes/<n>  the team volumes it mounts (``volumes``), idmapped to its uid range, nosuid,
+             nodev; the runtimes bind each at the path the create call asked for
     userns   (Docker) the slot's user namespace, bind-mounted for runc to join
     stage.json  who owns this stage, for the runtimes and Sandgate's OCI runtime shim
 
@@ -33,7 +35,7 @@ import ctypes
 import errno
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ STAGE_DIR = RUNTIME_DIR / "stage"
 #: Inodes per MiB of the sandbox's disk: one per 16 KiB, ext4's default ratio.
 INODES_PER_MB = 64
 _STAGE_FILE = "stage.json"
+_VOLUMES = "volumes"
 #: Mount points, in the order they are unmounted (``userns`` is a file).
 _MOUNTS = ("root", "lower", "pts", "run", "disk", "userns")
 
@@ -102,6 +105,10 @@ class Stage:
     def upper(self) -> Path:
         return self.path / "disk" / "upper"
 
+    def volume(self, index: int) -> Path:
+        """Where the ``index``-th volume of ``stage_sandbox(volumes=...)`` is bound."""
+        return self.path / _VOLUMES / str(index)
+
     def info(self) -> dict[str, Any]:
         return read_info(self.path.name)
 
@@ -122,11 +129,13 @@ def stage_sandbox(
     seeds: tuple[Seed, ...] = (),
     info: Mapping[str, Any] | None = None,
     userns: bool = False,
+    volumes: Sequence[Path] = (),
 ) -> Stage:
     """Builds the stage for ``sandbox_id`` (uid range starting at host uid ``base``) from the
     template tree ``tree``; on failure nothing is left mounted. ``info`` is recorded in
     ``stage.json`` next to the paths; ``userns`` also binds the slot's user namespace at
-    ``<stage>/userns`` (for runtimes that join one instead of making it)."""
+    ``<stage>/userns`` (for runtimes that join one instead of making it); each of ``volumes``
+    (a volume's host mount) is bound at ``stage.volume(n)``, idmapped like the template."""
     STAGE_DIR.mkdir(parents=True, exist_ok=True)
     for path in (RUNTIME_DIR, STAGE_DIR):
         path.chmod(0o711)
@@ -186,6 +195,18 @@ def stage_sandbox(
             _raise("read-only remount", stage.run)
         for seed in seeds:
             _seed(stage.root, seed, base)
+        if volumes:
+            (stage.path / _VOLUMES).mkdir(mode=0o700)
+            os.chown(stage.path / _VOLUMES, base, base)
+        for index, volume in enumerate(volumes):
+            target = stage.volume(index)
+            target.mkdir()
+            # SECURITY: the volume's files are stored with sandbox-relative ids (0..65535);
+            # the idmap shows them as this sandbox's range only, and nosuid/nodev are locked
+            # for whoever is inside (their user namespace cannot clear them).
+            idmapped_bind(
+                volume, target, base, UIDS_PER_SANDBOX, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+            )
     except BaseException:
         unstage(sandbox_id)
         raise
@@ -195,6 +216,14 @@ def stage_sandbox(
 def unstage(sandbox_id: str) -> None:
     """Unmounts and removes a sandbox's stage (its disk goes with it); idempotent."""
     path = STAGE_DIR / sandbox_id
+    volumes = path / _VOLUMES
+    if volumes.is_dir() and not volumes.is_symlink():
+        for bound in volumes.iterdir():
+            _libc.umount2(os.fsencode(bound), _MNT_DETACH)
+            with contextlib.suppress(OSError):
+                bound.rmdir()
+        with contextlib.suppress(OSError):
+            volumes.rmdir()
     for name in _MOUNTS:
         target = path / name
         if os.path.lexists(target):

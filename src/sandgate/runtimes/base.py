@@ -28,6 +28,7 @@ __all__ = [
     "RuntimeSandbox",
     "RuntimeState",
     "SandboxSpec",
+    "VolumeMount",
     "guest_command",
     "inode_limit",
     "memory_limit_bytes",
@@ -83,6 +84,18 @@ class RuntimeState(Enum):
 
 
 @dataclass(frozen=True)
+class VolumeMount:
+    """A team volume mounted into a sandbox (E2B ``volumeMounts``): ``source`` is the host
+    mount of its file system (``volumes``), ``target`` the absolute path inside. The stage
+    binds it idmapped to the sandbox's uid range, ``nosuid,nodev`` (``_stage``)."""
+
+    volume_id: str
+    name: str
+    source: Path
+    target: str
+
+
+@dataclass(frozen=True)
 class SandboxSpec:
     """Everything a runtime needs to start one sandbox."""
 
@@ -100,6 +113,8 @@ class SandboxSpec:
     #: Files the runtime writes into the sandbox's layer before it starts (``/etc/hosts``,
     #: the ``sudo`` shim); see ``sandbox_seeds``.
     seeds: tuple[Seed, ...] = ()
+    #: Team volumes to mount, parents before children.
+    volumes: tuple[VolumeMount, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
 
 

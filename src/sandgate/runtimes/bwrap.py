@@ -24,8 +24,8 @@ as root) is trusted. What this module enforces, as defaults no config can weaken
 * **File system** (``_stage``): a writable root that is the sandbox's own copy-on-write layer
   of ``limits.disk_mib`` over the template (idmapped, read-only); ``nosuid``/``nodev``
   everywhere; a devpts instance of its own; the sandbox's host directory read-only at
-  ``/run/sandgate``; bind sources are under a stage directory only the sandbox's root uid (and
-  root) can enter.
+  ``/run/sandgate``; team volumes it asked for, idmapped, at their paths; bind sources are
+  under a stage directory only the sandbox's root uid (and root) can enter.
 * **The guest is PID 1** (``--as-pid-1``): nothing inside can signal or stop it; its listening
   socket is bound by the gateway, mode 0600, so nothing inside can connect to it either.
 * ``--new-session`` (no controlling terminal; TIOCSTI also filtered), ``--clearenv``.
@@ -228,6 +228,7 @@ class BwrapRuntime:
             max_ptys=spec.max_ptys,
             seeds=spec.seeds,
             info={"instance": self._instance_id, "runtime": "bwrap", "slot": slot},
+            volumes=[volume.source for volume in spec.volumes],
         )
         fds: list[int] = []
         try:
@@ -358,6 +359,8 @@ class BwrapRuntime:
             "--size", str(SHM_MB * mib), "--perms", "1777", "--tmpfs", "/dev/shm",
             "--ro-bind", str(stage.run), GUEST_DIR_IN_SANDBOX,
         ]  # fmt: skip
+        for index, volume in enumerate(spec.volumes):
+            argv += ["--bind", str(stage.volume(index)), volume.target]
         chdir = workdir if (stage.root / workdir.lstrip("/")).is_dir() else "/"
         argv += ["--chdir", chdir, "--seccomp", str(seccomp_fd), "--"]
         argv += guest_command(listen_fd)

@@ -12,7 +12,8 @@ enforces (security.md §3.1 with its 2026-12-01 revision), as defaults no config
 * **File system**: the staged overlay (``_stage``) is the root: the template idmapped and
   read-only below, a per-sandbox copy-on-write layer of ``limits.disk_mib`` on top; every mount
   ``nosuid``/``nodev``; the sandbox's host directory read-only at ``/run/sandgate``; a devpts
-  instance of its own. Docker's own container layer is never written (``read_only``).
+  instance of its own; team volumes it asked for, idmapped, at their paths. Docker's own
+  container layer is never written (``read_only``).
 * no network interface but loopback (``--network=none``); ports and egress go through the
   guest socket;
 * ``--cap-drop=ALL`` plus ``GUEST_CAPABILITIES``, all relative to the sandbox's namespace;
@@ -47,7 +48,7 @@ from sandgate.errors import RuntimeUnavailable
 from sandgate.runtimes._oci_install import RUNTIME_NAME, ensure_shim
 from sandgate.runtimes._rootfs import resolve_rootfs
 from sandgate.runtimes._seccomp import docker_profile
-from sandgate.runtimes._stage import read_info, stage_sandbox, staged, unstage
+from sandgate.runtimes._stage import Stage, read_info, stage_sandbox, staged, unstage
 from sandgate.runtimes._uids import UIDS_PER_SANDBOX, claim_slot, release_slot, uid_base
 from sandgate.runtimes.base import (
     GUEST_CAPABILITIES,
@@ -161,6 +162,7 @@ class DockerRuntime:
                 seeds=spec.seeds,
                 info={"instance": self._instance_id, "runtime": "docker", "slot": slot},
                 userns=True,
+                volumes=[volume.source for volume in spec.volumes],
             )
         except BaseException:
             self._cleanup(spec.sandbox_id)
@@ -276,6 +278,10 @@ class DockerRuntime:
             "mounts": [
                 Mount(GUEST_DIR_IN_SANDBOX, str(stage / "run"), type="bind", read_only=True),
                 Mount("/dev/pts", str(stage / "pts"), type="bind"),
+                *(
+                    Mount(volume.target, str(Stage(stage).volume(index)), type="bind")
+                    for index, volume in enumerate(spec.volumes)
+                ),
             ],
             "network_mode": "none",
             "ipc_mode": "private",

@@ -56,6 +56,8 @@ LISTEN_FD = 3
 _VALUE_FLAGS = frozenset({"--root", "--log", "--log-format", "--criu", "--rootless"})
 _DOCKER_FILES = frozenset({"/etc/hosts", "/etc/hostname", "/etc/resolv.conf"})
 _STAGED_FLAGS = {GUEST_DIR: ("ro", "nosuid", "nodev"), "/dev/pts": ("nosuid", "noexec")}
+#: The flags of a team volume's staged bind (``<stage>/volumes/<n>``).
+_VOLUME_FLAGS = ("nosuid", "nodev")
 
 
 class ShimError(Exception):
@@ -109,15 +111,19 @@ def patch_config(
     sysctl.pop("net.ipv4.ping_group_range", None)
     linux["sysctl"] = sysctl
     mounts = []
+    volumes = os.path.join(os.path.dirname(str(info["root"])), "volumes") + "/"
     for mount in config.get("mounts") or []:
         destination = mount.get("destination")
         if destination in _DOCKER_FILES:
             continue
-        if destination in _STAGED_FLAGS:
+        flags = _STAGED_FLAGS.get(destination)
+        if flags is None and str(mount.get("source", "")).startswith(volumes):
+            flags = _VOLUME_FLAGS
+        if flags is not None:
             # The staged mounts carry these flags on the host, and a user namespace may only
             # remount them with the same (locked) flags; say so to runc.
             options = list(mount.get("options") or [])
-            options += [o for o in _STAGED_FLAGS[destination] if o not in options]
+            options += [o for o in flags if o not in options]
             mount = {**mount, "options": options}
         mounts.append(mount)
     process = {k: v for k, v in (config.get("process") or {}).items() if k != "rlimits"}

@@ -1,11 +1,14 @@
 """Extension points of the sandbox lifecycle, for services that live beside each sandbox
-(the tool gateway's per-sandbox socket, generated tool stubs, the egress bridge)."""
+(the tool gateway's per-sandbox socket, generated tool stubs, the egress bridge), change a
+live one's egress (``NetworkUpdater``) or lend it team volumes (``VolumeLender``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from sandgate.runtimes import VolumeMount
 from sandgate.store import Sandbox
 
 
@@ -19,4 +22,33 @@ class SandboxHook(Protocol):
 
     async def detach(self, sandbox_id: str) -> None:
         """Called once a sandbox is gone (killed, expired, lost); must not raise."""
+        ...
+
+
+class NetworkUpdater(Protocol):
+    """The egress side of E2B's ``update_network``."""
+
+    def check_network(self, sandbox: Sandbox) -> Any:
+        """Raises ``InvalidRequest`` when ``sandbox``'s row (with its new ``network``) asks for
+        egress the operator does not permit."""
+        ...
+
+    async def update_network(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
+        """Applies the row's network to the live sandbox; returns variables its processes
+        need from now on (merged into the sandbox's environment by the caller)."""
+        ...
+
+
+class VolumeLender(Protocol):
+    """Team volumes for sandboxes (``volumes``)."""
+
+    async def claim(
+        self, team_id: str, mounts: Sequence[Mapping[str, Any]]
+    ) -> tuple[VolumeMount, ...]:
+        """Resolves ``[{"name", "path"}]`` to mounts ready for the runtime and holds them
+        against deletion until ``release``. Raises ``InvalidRequest`` and ``NotFound``."""
+        ...
+
+    def release(self, mounts: Sequence[VolumeMount]) -> None:
+        """Ends a ``claim``'s hold (the sandbox's row now names the volumes, or it failed)."""
         ...

@@ -27,6 +27,7 @@ import structlog
 from sandgate.access import Principal, new_access_token, traffic_token
 from sandgate.config import Config
 from sandgate.errors import (
+    Conflict,
     InvalidRequest,
     LimitExceeded,
     QuotaExceeded,
@@ -37,9 +38,9 @@ from sandgate.errors import (
 )
 from sandgate.guest.client import Ended, GuestClient, GuestError, GuestUnavailable, Output
 from sandgate.guest.protocol import EGRESS_PROXY_PORT
-from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec, sandbox_seeds
+from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec, VolumeMount, sandbox_seeds
 from sandgate.sandboxes.catalog import resolve
-from sandgate.sandboxes.hooks import SandboxHook
+from sandgate.sandboxes.hooks import NetworkUpdater, SandboxHook, VolumeLender
 from sandgate.sandboxes.publish import publish_file
 from sandgate.sandboxes.state import SandboxState, check_transition
 from sandgate.store import LIVE_STATES, Sandbox, SandboxPage, Store, Template, TemplateRecords
@@ -79,9 +80,11 @@ class CreateRequest:
     memory_mb: int | None = None
     allow_internet_access: bool = False
     #: The caller's ``network`` options: egress (``allow_out``/``deny_out``, which the egress
-    #: hook checks against ``egress.api_allow_out``) and ``allow_public_traffic`` (ports that
-    #: need no traffic token).
+    #: hook checks against ``egress.api_allow_out``; ``rules``, header rules that may use team
+    #: secrets) and ``allow_public_traffic`` (ports that need no traffic token).
     network: dict[str, Any] | None = None
+    #: Team volumes to mount, ``[{"name", "path"}]`` (E2B ``volumeMounts``).
+    volume_mounts: tuple[dict[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,13 @@ class SandboxService:
         guest_zipapp: Path,
         hooks: Sequence[SandboxHook] = (),
         audit: AuditSink | None = None,
+        network: NetworkUpdater | None = None,
+        volumes: VolumeLender | None = None,
     ) -> None:
+        """``network`` serves ``update_network`` (the egress hook); ``volumes`` lends team
+        volumes to creates that ask for them. Without either, those requests are refused."""
+        self._network = network
+        self._volumes = volumes
         self._config = config
         self._limits = config.limits
         self._store = store
@@ -145,8 +154,9 @@ class SandboxService:
         """Starts a sandbox and returns its row once the guest answers.
 
         Raises ``TemplateNotFound``, ``LimitExceeded`` (a value beyond a configured cap),
-        ``QuotaExceeded`` (too many sandboxes), ``RuntimeUnavailable``. On any failure nothing
-        is left behind: no row, no container, no directory.
+        ``QuotaExceeded`` (too many sandboxes), ``NotFound``/``InvalidRequest`` (a volume to
+        mount), ``RuntimeUnavailable``. On any failure nothing is left behind: no row, no
+        container, no directory.
         """
         timeout_s = self._check_timeout(request.timeout_s)
         cpu = self._check_range(
@@ -172,8 +182,35 @@ class SandboxService:
                 f"`e2b template create`, or `sandgate templates build` for the shipped ones); "
                 "`e2b template list` shows what your team can use"
             )
+        mounts = await self._claim_volumes(principal.team_id, request.volume_mounts)
+        try:
+            return await self._create(principal, request, template, timeout_s, cpu, memory, mounts)
+        finally:
+            if mounts and self._volumes is not None:
+                self._volumes.release(mounts)
+
+    async def _claim_volumes(
+        self, team_id: str, wanted: Sequence[dict[str, str]]
+    ) -> tuple[VolumeMount, ...]:
+        if not wanted:
+            return ()
+        if self._volumes is None:
+            raise InvalidRequest("volumeMounts: this server has no volumes")
+        return await self._volumes.claim(team_id, wanted)
+
+    async def _create(
+        self,
+        principal: Principal,
+        request: CreateRequest,
+        template: Template,
+        timeout_s: int,
+        cpu: int,
+        memory: int,
+        mounts: tuple[VolumeMount, ...],
+    ) -> Sandbox:
         now = datetime.now(UTC)
-        warm = await self._take_warm(template, cpu, memory)
+        # A warm sandbox has no volumes: a create that mounts some boots its own.
+        warm = None if mounts else await self._take_warm(template, cpu, memory)
         row = Sandbox(
             id=warm.sandbox_id if warm is not None else _new_id(),
             team_id=principal.team_id,
@@ -191,6 +228,10 @@ class SandboxService:
             envd_version=template.envd_version,
             allow_internet_access=request.allow_internet_access,
             network=request.network,
+            volume_mounts=[
+                {"name": m.name, "path": m.target, "volume_id": m.volume_id} for m in mounts
+            ]
+            or None,
             started_at=now,
             end_at=now + timedelta(seconds=timeout_s),
             ended_at=None,
@@ -216,7 +257,7 @@ class SandboxService:
                 host_dir.mkdir(parents=True, mode=0o755)
                 extra_envs = await self._attach(row, host_dir)
                 ref = await self._boot(
-                    row.id, template, cpu, memory, {**extra_envs, **request.envs}
+                    row.id, template, cpu, memory, {**extra_envs, **request.envs}, mounts
                 )
         except BaseException:
             await self._discard(row.id)
@@ -247,7 +288,13 @@ class SandboxService:
         return extra_envs
 
     async def _boot(
-        self, sandbox_id: str, template: Template, cpu: int, memory: int, envs: dict[str, str]
+        self,
+        sandbox_id: str,
+        template: Template,
+        cpu: int,
+        memory: int,
+        envs: dict[str, str],
+        volumes: tuple[VolumeMount, ...] = (),
     ) -> str:
         """Starts a sandbox's container in an existing host directory and waits until its
         guest (and the template's service) answers; returns the runtime reference."""
@@ -264,6 +311,7 @@ class SandboxService:
             nofile=self._limits.nofile,
             max_ptys=self._limits.max_ptys,
             seeds=sandbox_seeds(),
+            volumes=volumes,
         )
         ref = await self._runtime.create(spec)
         await self._wait_ready(sandbox_id)
@@ -434,6 +482,59 @@ class SandboxService:
         row = self.get(principal, sandbox_id)
         timeout = self._check_timeout(timeout_s)
         self._store.update_sandbox(row.id, end_at=datetime.now(UTC) + timedelta(seconds=timeout))
+
+    async def update_network(
+        self,
+        principal: Principal,
+        sandbox_id: str,
+        *,
+        network: dict[str, Any],
+        allow_internet_access: bool,
+    ) -> Sandbox:
+        """Replaces a running sandbox's egress options (E2B's ``update_network``: ``network``
+        holds ``allow_out``, ``deny_out`` and ``rules``, each empty when the call omitted it;
+        ``allow_public_traffic`` is not egress and stays). The new policy applies to new
+        connections at once and cuts open ones it refuses; audited by the egress hook.
+
+        Raises ``SandboxNotFound``, ``Conflict`` (the sandbox is paused or still starting:
+        resume it first), ``InvalidRequest`` (more than ``egress.api_allow_out`` permits, or a
+        rule names a missing team secret; nothing changes then)."""
+        if self._network is None:
+            raise InvalidRequest("this server does not update sandbox networks")
+        async with self._lock(sandbox_id):
+            row = self.get(principal, sandbox_id)
+            if row.state != SandboxState.RUNNING.value:
+                raise Conflict(
+                    f"cannot update the network of sandbox {sandbox_id}: it is {row.state}; "
+                    "connect to it (resume) first"
+                )
+            kept = {k: v for k, v in (row.network or {}).items() if k == "allow_public_traffic"}
+            # The row is detached: these assignments change nothing stored until update below.
+            row.network = {**kept, **network}
+            row.allow_internet_access = allow_internet_access
+            self._network.check_network(row)
+            updated = self._store.update_sandbox(
+                row.id, network=row.network, allow_internet_access=allow_internet_access
+            )
+            if updated is None:
+                raise _not_found(sandbox_id)
+            host_dir = self._root / row.id
+            extra = await self._network.update_network(updated, host_dir)
+            await self._add_envs(updated.id, host_dir, extra)
+            return updated
+
+    async def _add_envs(self, sandbox_id: str, host_dir: Path, extra: Mapping[str, str]) -> None:
+        """Adds ``extra`` to a running sandbox's environment for processes started from now
+        on (the guest's and ``envs.json``); no-op when they are there already."""
+        try:
+            current = json.loads((host_dir / "envs.json").read_text())
+        except (OSError, ValueError):
+            current = {}
+        if not isinstance(current, dict) or all(current.get(k) == v for k, v in extra.items()):
+            return
+        envs = {**current, **extra}
+        await self._guest(sandbox_id).configure(envs)
+        _publish_envs(host_dir, envs)
 
     async def kill(self, principal: Principal, sandbox_id: str) -> None:
         """Kills an owned, live sandbox; raises ``SandboxNotFound`` otherwise."""

@@ -1,8 +1,10 @@
 """Durable state: SQLAlchemy 2 models and Alembic migrations; SQLite or PostgreSQL."""
 
 from sandgate.store._agents import ACTIVE_RUN_STATES, AgentRecords
+from sandgate.store._secrets import SecretRecords
 from sandgate.store._store import LIVE_STATES, SandboxPage, Store
 from sandgate.store._templates import TemplateRecords
+from sandgate.store._volumes import VolumeRecords
 from sandgate.store.models import (
     AgentRun,
     AgentRunEvent,
@@ -11,10 +13,12 @@ from sandgate.store.models import (
     AuditEntry,
     Sandbox,
     Team,
+    TeamSecret,
     Template,
     TemplateBuild,
     TemplateBuildLog,
     TemplateTag,
+    Volume,
 )
 
 __all__ = [
@@ -28,11 +32,15 @@ __all__ = [
     "AuditEntry",
     "Sandbox",
     "SandboxPage",
+    "SecretRecords",
     "Store",
     "Team",
+    "TeamSecret",
     "Template",
     "TemplateBuild",
     "TemplateBuildLog",
     "TemplateRecords",
     "TemplateTag",
+    "Volume",
+    "VolumeRecords",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -182,9 +182,43 @@ class Sandbox(Base):
     allow_internet_access: Mapped[bool]
     #: The create call's egress request, ``{"allow_out": [...], "deny_out": [...]}`` or None.
     network: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
+    #: Volumes mounted at create, ``[{"name", "path", "volume_id"}]`` (E2B ``volumeMounts``).
+    volume_mounts: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True, default=None)
     started_at: Mapped[datetime]
     end_at: Mapped[datetime]
     ended_at: Mapped[datetime | None]
+
+
+class TeamSecret(Base):
+    """A team's secret (E2B ``/secrets``). Only ciphertext is kept: AES-GCM under the
+    install's key, bound to the row's team, id and version (``secrets.team``)."""
+
+    __tablename__ = "team_secrets"
+    __table_args__ = (UniqueConstraint("team_id", "name", name="uq_team_secrets_name"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"))
+    name: Mapped[str] = mapped_column(String(256))
+    current_version: Mapped[int] = mapped_column(Integer)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
+    #: base64 of nonce + ciphertext + tag.
+    ciphertext: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class Volume(Base):
+    """A team's named persistent volume (E2B ``/volumes``): an ext4 image of ``size_mib``
+    under the gateway's volumes directory, named by ``id``."""
+
+    __tablename__ = "volumes"
+    __table_args__ = (UniqueConstraint("team_id", "name", name="uq_volumes_name"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"))
+    name: Mapped[str] = mapped_column(String(128))
+    size_mib: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime]
 
 
 class AuditEntry(Base):

@@ -72,3 +72,19 @@ def test_patch_config_joins_the_sandbox_namespace_over_the_staged_root() -> None
     # CAP_SYS_RESOURCE to set them on a process already in the namespace).
     assert "rlimits" not in patched["process"]
     assert patched["process"]["args"] == ["python3"]
+
+
+def test_patch_config_keeps_a_volumes_locked_flags_and_no_other_mounts() -> None:
+    config = _config()
+    config["mounts"] += [
+        {"destination": "/mnt/data", "source": "/run/sandgate-rt/stage/s/volumes/0",
+         "options": ["rbind", "rprivate"]},
+        {"destination": "/elsewhere", "source": "/srv/volumes/0", "options": ["rbind"]},
+    ]  # fmt: skip
+    info = {"uid_base": 1_000_065_536, "uid_count": 65536, "root": "/run/sandgate-rt/stage/s/root"}
+    targets = {
+        m["destination"]: m for m in patch_config(config, info=info, userns_path="/u")["mounts"]
+    }
+    assert targets["/mnt/data"]["options"] == ["rbind", "rprivate", "nosuid", "nodev"]
+    # Only the sandbox's own stage counts as a volume (a look-alike path elsewhere does not).
+    assert targets["/elsewhere"]["options"] == ["rbind"]

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandgate.access import Principal, traffic_token
 from sandgate.api.auth import Caller
 from sandgate.api.strict import QueryInt, parse_query
+from sandgate.egress.transforms import parse_rules
 from sandgate.errors import InvalidRequest
 from sandgate.sandboxes import CreateRequest, SandboxService
 from sandgate.store import Sandbox, Store
@@ -31,18 +32,62 @@ CLIENT_ID = "6532622b"
 _MAX_PAGE = 100
 
 
-class NetworkBody(BaseModel):
-    """E2B's ``network`` options: hosts to allow (within ``egress.api_allow_out``) and deny.
-    ``0.0.0.0/0`` in ``denyOut`` means every host (allowOut still wins, as in E2B).
-    ``allowPublicTraffic`` defaults to **false** here (E2B: true): a sandbox's ports need its
-    ``trafficAccessToken`` unless the caller asks for public ports (or the operator made
-    public the default: ``sandbox.allow_public_traffic``)."""
+class EgressBody(BaseModel):
+    """The egress part of E2B's ``network`` options, shared by create and ``update_network``:
+    hosts to allow (within ``egress.api_allow_out``) and deny (``0.0.0.0/0`` in ``denyOut``
+    means every host; allowOut still wins, as in E2B), and header ``rules`` per host, whose
+    values may name team secrets (``${e2b.secrets.<name>}``; ``egress.transforms``).
+    ``dnsServers`` and ``egressProxy`` have no meaning here (sandboxes have no DNS and one
+    way out, the audited proxy): a non-empty one is refused, not ignored."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
     allow_out: list[str] = Field(default_factory=list, alias="allowOut", max_length=256)
     deny_out: list[str] = Field(default_factory=list, alias="denyOut", max_length=256)
+    rules: dict[str, Any] | None = None
+    dns_servers: list[str] | None = Field(None, alias="dnsServers")
+    egress_proxy: Any = Field(None, alias="egressProxy")
+
+    def egress(self) -> dict[str, Any]:
+        """The stored form (``{"allow_out", "deny_out", "rules"}``); raises
+        ``InvalidRequest``."""
+        if self.dns_servers:
+            raise InvalidRequest(
+                "network.dnsServers is not supported: sandboxes have no DNS; the egress proxy "
+                "resolves the names allowOut permits"
+            )
+        if self.egress_proxy is not None:
+            raise InvalidRequest(
+                "network.egressProxy is not supported: sandbox egress always goes through "
+                "Sandgate's audited proxy"
+            )
+        return {
+            "allow_out": self.allow_out,
+            "deny_out": self.deny_out,
+            "rules": parse_rules(self.rules) if self.rules else {},
+        }
+
+
+class NetworkBody(EgressBody):
+    """E2B's ``network`` options on create. ``allowPublicTraffic`` defaults to **false** here
+    (E2B: true): a sandbox's ports need its ``trafficAccessToken`` unless the caller asks for
+    public ports (or the operator made public the default: ``sandbox.allow_public_traffic``)."""
+
     allow_public_traffic: bool | None = Field(None, alias="allowPublicTraffic")
+
+
+class NetworkUpdateBody(EgressBody):
+    """``PUT /sandboxes/{id}/network``: replaces the egress options; an omitted field is
+    cleared (E2B), ``allow_internet_access`` omitted means its default, true."""
+
+    allow_internet_access: bool | None = None
+
+
+class VolumeMountBody(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    name: str = Field(min_length=1, max_length=128)
+    path: str = Field(min_length=1, max_length=1024)
 
 
 class NewSandbox(BaseModel):
@@ -59,6 +104,9 @@ class NewSandbox(BaseModel):
     cpu_count: int | None = Field(None, alias="cpuCount")
     memory_mb: int | None = Field(None, alias="memoryMB")
     network: NetworkBody | None = None
+    volume_mounts: list[VolumeMountBody] = Field(
+        default_factory=list, alias="volumeMounts", max_length=16
+    )
 
 
 class TimeoutBody(BaseModel):
@@ -123,6 +171,10 @@ def build_control_router(
             # true by default, and the flag grants only egress.internet_access.
             "allowInternetAccess": reaches_internet(row),
             "domain": domain,
+            "network": _network_body(row),
+            "volumeMounts": [
+                {"name": m["name"], "path": m["path"]} for m in row.volume_mounts or []
+            ],
         }
 
     async def create(body: NewSandbox, caller: Principal, default_timeout: int | None) -> Response:
@@ -138,6 +190,7 @@ def build_control_router(
                 # E2B's default is true; it grants only what egress.internet_access lists.
                 allow_internet_access=body.allow_internet_access is not False,
                 network=_network(body.network, public_traffic),
+                volume_mounts=tuple({"name": m.name, "path": m.path} for m in body.volume_mounts),
             ),
         )
         return JSONResponse(sandbox_body(row), status_code=201)
@@ -190,6 +243,16 @@ def build_control_router(
         service.set_timeout(caller, sandbox_id, body.timeout)
         return Response(status_code=204)
 
+    @router.put("/sandboxes/{sandbox_id}/network")
+    async def update_network(sandbox_id: str, body: NetworkUpdateBody, caller: Caller) -> Response:
+        await service.update_network(
+            caller,
+            sandbox_id,
+            network=body.egress(),
+            allow_internet_access=body.allow_internet_access is not False,
+        )
+        return Response(status_code=204)
+
     def list_page(
         caller: Principal,
         metadata: str | None,
@@ -231,14 +294,26 @@ def build_control_router(
 
 
 def _network(body: NetworkBody | None, public_default: bool) -> dict[str, Any] | None:
-    """The create call's network request as stored; ``allow_public_traffic`` always decided."""
+    """The create call's network request as stored; ``allow_public_traffic`` always decided.
+    Raises ``InvalidRequest`` (``EgressBody.egress``)."""
     if body is None:
         return {"allow_public_traffic": True} if public_default else None
     public = body.allow_public_traffic
     return {
-        "allow_out": body.allow_out,
-        "deny_out": body.deny_out,
+        **body.egress(),
         "allow_public_traffic": public_default if public is None else public,
+    }
+
+
+def _network_body(row: Sandbox) -> dict[str, Any]:
+    """E2B's ``SandboxNetworkConfig`` of a sandbox: what its create or last update asked for
+    (rules with their placeholders, never values)."""
+    network = row.network or {}
+    return {
+        "allowOut": list(network.get("allow_out") or []),
+        "denyOut": list(network.get("deny_out") or []),
+        "allowPublicTraffic": bool(network.get("allow_public_traffic")),
+        "rules": dict(network.get("rules") or {}),
     }
 
 

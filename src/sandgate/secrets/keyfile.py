@@ -1,0 +1,37 @@
+"""Per-install keys: random bytes in a file under the gateway's home, made once.
+
+Trust: a key file is readable by root only (0600, in a 0700 directory); whoever reads it can
+decrypt or forge what it protects, so it never leaves the gateway (not in a sandbox, a log or
+an API answer). Losing it loses what it protects: back it up with the store.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+__all__ = ["install_key"]
+
+
+def install_key(path: Path, size: int = 32) -> bytes:
+    """The key at ``path``, created (0600, fsynced, atomically: a concurrent creator reads the
+    winner's) on first use. Raises ``OSError``."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as file:
+        file.write(secrets.token_bytes(size))
+        file.flush()
+        os.fsync(file.fileno())
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        pass
+    finally:
+        temp.unlink()
+    return path.read_bytes()
