@@ -1,7 +1,7 @@
 """team secrets, volumes, and the volumes a sandbox mounts
 
 Revision ID: 0005v
-Revises: 0004
+Revises: 0005t
 """
 
 import sqlalchemy as sa
