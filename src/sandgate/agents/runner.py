@@ -350,9 +350,16 @@ class AgentRunner:
             "usage": summary["usage"],
         }
         try:
-            self._gateway.gateway.audit.append(record)
+            pending = self._gateway.gateway.audit.submit(record)
         except SandgateError as exc:
             log.error("agent.audit_failed", run=run.id, error=exc.message)
+            return
+        pending.add_done_callback(
+            lambda done: (
+                done.exception() is None
+                or log.error("agent.audit_failed", run=run.id, error=str(done.exception()))
+            )
+        )
 
     def _emitter(self, run_id: str) -> Any:
         def emit(kind: str, data: dict[str, Any]) -> None:

@@ -62,6 +62,9 @@ class Application:
         # Tool gateway (issue 5): its services, its lifecycle hook and its /v1 API.
         # (Agent runner, issue 7: the policy gets each agent's autonomy rules.)
         self.gateway = build_gateway(with_autonomy(config), store)
+        # Issue 14: the audit log's head is checked against its anchor before anything runs;
+        # a tampered log is reported (log, /health, doctor) and refuses every append.
+        self.gateway.audit.check_head()
         self.gateway_hook = ToolGatewayHook(
             self.gateway, store, list(config.agents), home / "tools" / "staging"
         )
@@ -113,7 +116,11 @@ class Application:
         async def health() -> dict[str, Any]:
             # ``status`` stays first and "ok" while the server answers (clients and SDK
             # helpers read only it); the rest says whether sandboxes can start here.
-            return {"status": "ok", **floor_health(self.floors, self.runtime.name)}
+            return {
+                "status": "ok",
+                **floor_health(self.floors, self.runtime.name),
+                "audit": self.gateway.audit.health.as_dict(),
+            }
 
         self.asgi: ASGIApp = Router(
             BodyLimit(StrictJsonBody(control), config.server.max_json_body_bytes),
@@ -123,10 +130,14 @@ class Application:
         )
 
     async def _audit_sandbox_event(self, record: dict[str, Any]) -> None:
-        await asyncio.to_thread(self.gateway.audit.append, record)
+        await self.gateway.audit.write(record)
 
     @asynccontextmanager
     async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+        # The whole log is verified in the background: damage anywhere fails appends closed.
+        full_check = asyncio.create_task(
+            asyncio.to_thread(self.gateway.audit.check_head, full=True), name="audit-verify"
+        )
         await self.gateway.registry.load_mcp(self.gateway.secrets)
         await self.sandboxes.start()
         await self.agents.start()
@@ -137,6 +148,8 @@ class Application:
         finally:
             await self.agents.stop()
             await self.sandboxes.stop()
+            await full_check
+            await asyncio.to_thread(self.gateway.audit.close)
             self.store.close()
 
 

@@ -57,4 +57,5 @@ async def _serve(application: Application, agent: str | None) -> None:
                 created.append(row.id)
         for sandbox_id in created:
             await application.sandboxes.kill_any(sandbox_id)
+        await asyncio.to_thread(application.gateway.audit.close)  # every record written first
         application.store.close()

@@ -351,9 +351,22 @@ class SecretSource(_Section):
         return self
 
 
+class AuditCheckpoint(_Section):
+    """A signed copy of the log's head kept outside the home (``audit/checkpoint.py``)."""
+
+    #: A file on other storage than ``$SANDGATE_HOME`` (another volume, an append-only mount).
+    path: str = Field(min_length=1)
+    #: The secret (``secrets:``) whose value keys the HMAC; keep it out of the home too.
+    key_secret: str
+    every_records: int = Field(1000, ge=1)
+    every_s: float = Field(60.0, gt=0)
+
+
 class AuditConfig(_Section):
-    #: fsync after every record (the default) or leave flushing to the OS.
+    #: fsync every batch of records (the default) or leave flushing to the OS.
     fsync: bool = True
+    #: Optional external anchor: periodic signed checkpoints of the head.
+    checkpoint: AuditCheckpoint | None = None
 
 
 class AgentConfig(_Section):
@@ -363,8 +376,19 @@ class AgentConfig(_Section):
     teams: list[str] = Field(default_factory=list)
 
 
-def check_gateway_references(tools: list[Any], secrets: dict[str, SecretSource]) -> None:
-    """Cross-section checks: unique tool names, and secrets a tool names must be declared."""
+def check_gateway_references(
+    tools: list[Any],
+    secrets: dict[str, SecretSource],
+    audit: AuditConfig | None = None,
+) -> None:
+    """Cross-section checks: unique tool names, and secrets a tool or the audit checkpoint
+    names must be declared."""
+    checkpoint = audit.checkpoint if audit is not None else None
+    if checkpoint is not None and checkpoint.key_secret not in secrets:
+        raise ValueError(
+            f"audit.checkpoint.key_secret names '{checkpoint.key_secret}', which is not "
+            "declared in secrets:"
+        )
     names: set[str] = set()
     for tool in tools:
         if tool.name in names:

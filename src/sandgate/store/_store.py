@@ -218,6 +218,29 @@ class Store:
         with self.session() as s:
             s.add(entry)
 
+    def add_audit_entries(self, entries: Sequence[AuditEntry]) -> None:
+        """Indexes a batch of records in one transaction (all or none)."""
+        with self.session() as s:
+            s.add_all(entries)
+
+    def audit_head(self) -> tuple[int, str] | None:
+        """(seq, hash) of the last indexed audit record: the log's anchor in the store."""
+        with self.session() as s:
+            row = s.execute(
+                select(AuditEntry.seq, AuditEntry.hash).order_by(AuditEntry.seq.desc()).limit(1)
+            ).first()
+            return (int(row[0]), str(row[1])) if row is not None else None
+
+    def audit_hashes(self, first: int, last: int) -> dict[int, str]:
+        """The indexed hashes of audit records ``first``..``last``."""
+        with self.session() as s:
+            rows = s.execute(
+                select(AuditEntry.seq, AuditEntry.hash).where(
+                    AuditEntry.seq >= first, AuditEntry.seq <= last
+                )
+            )
+            return {int(seq): str(digest) for seq, digest in rows}
+
     def audit_entries(
         self,
         *,

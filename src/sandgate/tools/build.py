@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sandgate.approvals import ApprovalService
-from sandgate.audit import AuditLog
+from sandgate.audit import build_audit
 from sandgate.config import Config
 from sandgate.policy import PolicyEngine
 from sandgate.secrets import SecretStore
@@ -13,8 +13,10 @@ from sandgate.tools.registry import ToolRegistry
 
 
 def build_gateway(config: Config, store: Store | None) -> Gateway:
-    """Builds every gateway service from ``config``; MCP tools load later (``load_mcp``)."""
+    """Builds every gateway service from ``config``; MCP tools load later (``load_mcp``).
+    Raises ``ToolFailed`` when the audit checkpoint's key secret cannot be read."""
     home = config.home_dir
+    secrets = SecretStore(config.secrets)
     return Gateway(
         registry=ToolRegistry(config.tools, home),
         policy=PolicyEngine(config.policy),
@@ -23,8 +25,8 @@ def build_gateway(config: Config, store: Store | None) -> Gateway:
             timeout_s=config.approvals.timeout_s,
             webhook_url=config.approvals.webhook_url,
         ),
-        secrets=SecretStore(config.secrets),
-        audit=AuditLog(home / "audit", store, fsync=config.audit.fsync),
+        secrets=secrets,
+        audit=build_audit(config, store, secrets),
         home=home,
         budget_per_sandbox=config.policy.budget_per_sandbox,
     )

@@ -347,7 +347,7 @@ class Gateway:
             record["approval"] = call.approval_id
         if call.replayed:
             record["replayed"] = True
-        await asyncio.to_thread(self.audit.append, record)
+        await self.audit.write(record)
 
     # -- helpers --------------------------------------------------------------------------
 
