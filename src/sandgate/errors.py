@@ -42,6 +42,8 @@ Raising is not logging: the edge logs once.
 
 from __future__ import annotations
 
+import copy
+
 __all__ = [
     "ApprovalDenied",
     "AuditTampered",
@@ -87,6 +89,13 @@ class SandgateError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+    def reworded(self, message: str) -> SandgateError:
+        """The same error (class, code, status) with another message, e.g. redacted."""
+        error = copy.copy(self)
+        error.message = message
+        error.args = (message,)
+        return error
 
 
 class InvalidRequest(SandgateError):

@@ -40,6 +40,7 @@ from sandgate.errors import (
     SandgateError,
     ToolFailed,
     ToolTimeout,
+    error_for_code,
 )
 from sandgate.policy import DEFAULT_DENY, CallBudget, Decision, PolicyEngine, RateLimiter, Subject
 from sandgate.secrets import Redactor, SecretStore
@@ -98,6 +99,7 @@ class Call:
     error: SandgateError | None = None
     replayed: bool = False
     owned_key: tuple[str, str, str] | None = None
+    attempts: int = 0
 
 
 Stage = Callable[[Call], Awaitable[None]]
@@ -137,6 +139,7 @@ class Gateway:
             self._execute,
         )
         self._finish_stages: tuple[Stage, ...] = (
+            self._filter_output,
             self._redact,
             self._truncate,
             self._remember,
@@ -239,7 +242,8 @@ class Gateway:
         first = await asyncio.shield(remembered[1])
         call.replayed = True
         if not first.ok:
-            raise _error_like(first)
+            # Exactly the first answer: its class (so its audit outcome), code and status.
+            raise error_for_code(first.code, first.message, first.status)
         call.result, call.truncated = first.result, first.truncated
 
     async def _approve(self, call: Call) -> None:
@@ -282,21 +286,38 @@ class Gateway:
             timeout_s=tool.timeout_s,
             output_limit=tool.output_limit,
         )
-        try:
-            # The executor enforces the timeout itself (killing what it started); this outer
-            # bound catches an executor that does not.
-            call.result = await asyncio.wait_for(
-                tool.executor.run(call.arguments, context), tool.timeout_s + 5
-            )
-        except TimeoutError:
-            raise ToolTimeout(f"{tool.name} did not finish within {tool.timeout_s:g}s") from None
-        except SandgateError:
-            raise
-        except Exception as exc:  # a broken executor must still leave an audited failure
-            log.exception("tool.executor_crashed", tool=tool.name)
-            raise ToolFailed(f"{tool.name} failed unexpectedly: {type(exc).__name__}") from exc
+        attempts = tool.retry.attempts if tool.retry is not None and tool.idempotent else 1
+        for attempt in range(1, attempts + 1):
+            call.attempts = attempt
+            try:
+                call.result = await _run_once(tool, call.arguments, context)
+                return
+            except ToolFailed as exc:
+                # SECURITY: only an idempotent tool is ever run twice (a write never is).
+                if attempt == attempts or tool.retry is None:
+                    raise
+                log.info("tool.retry", tool=tool.name, attempt=attempt, error=exc.code)
+                await asyncio.sleep(tool.retry.delay(attempt + 1))
 
     # -- finishing stages (always run) ----------------------------------------------------
+
+    async def _filter_output(self, call: Call) -> None:
+        """The tool's ``output`` mode: a secret a tool transforms (reversed, encoded, cut)
+        escapes redaction, so such tools return only chosen fields, or nothing."""
+        tool = call.tool
+        if tool is None or tool.output_mode == "full" or call.replayed:
+            return
+        if isinstance(call.error, ToolFailed):
+            call.error = call.error.reworded(
+                f"{tool.name} failed ({call.error.code}); its output is withheld "
+                f"(output.mode: {tool.output_mode})"
+            )
+        if tool.output_mode == "none":
+            call.result = None
+        elif isinstance(call.result, dict):
+            call.result = {k: call.result[k] for k in tool.output_fields if k in call.result}
+        else:
+            call.result = None
 
     async def _redact(self, call: Call) -> None:
         redactor = Redactor(self.secrets.all_values())
@@ -304,8 +325,7 @@ class Gateway:
             return
         call.result = redactor.redact(call.result)
         if call.error is not None:
-            error = type(call.error)(redactor.text(call.error.message))
-            call.error = error
+            call.error = call.error.reworded(redactor.text(call.error.message))
 
     async def _truncate(self, call: Call) -> None:
         if call.error is not None or call.tool is None or call.truncated:
@@ -347,6 +367,8 @@ class Gateway:
             record["approval"] = call.approval_id
         if call.replayed:
             record["replayed"] = True
+        if call.attempts > 1:
+            record["attempts"] = call.attempts
         await self.audit.write(record)
 
     # -- helpers --------------------------------------------------------------------------
@@ -415,10 +437,19 @@ def _result(call: Call) -> CallResult:
     return CallResult(True, result=call.result, truncated=call.truncated)
 
 
-def _error_like(result: CallResult) -> SandgateError:
-    error = SandgateError(result.message)
-    error.code, error.status = result.code, result.status
-    return error
+async def _run_once(tool: Tool, arguments: dict[str, Any], context: ToolContext) -> Any:
+    """One attempt; raises ``ToolFailed``/``ToolTimeout`` (or another ``SandgateError``)."""
+    try:
+        # The executor enforces the timeout itself (killing what it started); this outer
+        # bound catches an executor that does not.
+        return await asyncio.wait_for(tool.executor.run(arguments, context), tool.timeout_s + 5)
+    except TimeoutError:
+        raise ToolTimeout(f"{tool.name} did not finish within {tool.timeout_s:g}s") from None
+    except SandgateError:
+        raise
+    except Exception as exc:  # a broken executor must still leave an audited failure
+        log.exception("tool.executor_crashed", tool=tool.name)
+        raise ToolFailed(f"{tool.name} failed unexpectedly: {type(exc).__name__}") from exc
 
 
 def _tool(call: Call) -> Tool:

@@ -23,7 +23,7 @@ from sandgate.tools.executors.exec import ExecExecutor
 from sandgate.tools.executors.http import HttpExecutor
 from sandgate.tools.executors.mcp import McpExecutor, gateway_name, import_tools
 from sandgate.tools.executors.python import PythonExecutor, load_entry_point
-from sandgate.tools.tool import Executor, Tool
+from sandgate.tools.tool import Executor, RetryPolicy, Tool
 
 __all__ = ["ToolRegistry", "tool_shapes"]
 
@@ -126,6 +126,15 @@ def _tool(
         description = config.description or module.DESCRIPTION
         action = module.ACTION
         idempotent = module.IDEMPOTENT
+    retry = None
+    if config.retry is not None:
+        if not idempotent:
+            raise ConfigError(
+                f"tools: '{config.name}' is not idempotent (a write), so it cannot have retry"
+            )
+        retry = RetryPolicy(
+            config.retry.attempts, config.retry.backoff_s, config.retry.max_backoff_s
+        )
     return Tool(
         name=name or config.name,
         description=description if description is not None else config.description,
@@ -138,4 +147,7 @@ def _tool(
         risk=config.risk,
         secrets=tuple(config.secrets),
         idempotent=idempotent,
+        retry=retry,
+        output_mode=config.output.mode,
+        output_fields=tuple(config.output.fields),
     )

@@ -62,3 +62,55 @@ def test_point_1_the_audit_log_cannot_be_rolled_back_quietly(
         assert len(refusals) == 1
     finally:
         box.kill()
+
+
+def py(source: str) -> str:
+    """A shell command running ``source`` with the sandbox's python3."""
+    return f"python3 - <<'PYEOF'\n{source}\nPYEOF"
+
+
+def test_point_6_idempotency_replays_are_exact(promises: Promises) -> None:
+    box = sandbox_as(promises.server, "worker")
+    try:
+        out = box.sh(
+            py(
+                f"""
+import json, sandgate_tools as t
+answers = []
+for _ in range(2):
+    try:
+        t.call("flaky_write", {{"key": "once-{box.id}"}}, idempotency_key="k-{box.id}")
+    except t.ToolError as e:
+        answers.append([e.code, e.status, str(e)])
+print(json.dumps(answers))
+print(json.dumps(t.call("flaky", {{"key": "retried-{box.id}"}})))
+try:
+    t.call("flaky_write", {{"key": "write-{box.id}"}})
+except t.ToolError as e:
+    print(e.code)
+"""
+            )
+        )
+        assert out.exit_code == 0, out.stderr
+        replies, retried, write = out.stdout.strip().splitlines()
+        first, second = json.loads(replies)
+        assert first == second and first[:2] == ["tool_failed", 502], first
+        assert (promises.state / f"once-{box.id}").read_text() == "x"  # ran once, replayed once
+        assert (
+            json.loads(retried) == 3 and (promises.state / f"retried-{box.id}").stat().st_size == 3
+        )
+        assert write == "tool_failed" and (promises.state / f"write-{box.id}").read_text() == "x"
+        records = [
+            json.loads(line)
+            for line in (promises.server.home / "audit" / "audit.jsonl").read_text().splitlines()
+        ]
+        mine = [r for r in records if r.get("sandbox") == box.id and r["event"] == "tool.call"]
+        assert [(r["tool"], r.get("replayed", False), r.get("attempts", 1)) for r in mine] == [
+            ("flaky_write", False, 1),
+            ("flaky_write", True, 1),
+            ("flaky", False, 3),
+            ("flaky_write", False, 1),
+        ]
+        assert mine[1]["error"] == mine[0]["error"]
+    finally:
+        box.kill()

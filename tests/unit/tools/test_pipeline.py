@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from sandgate.config import load_config
+from sandgate.errors import ConfigError
 from sandgate.policy import Subject
 from sandgate.store import Store
 from sandgate.tools import Gateway, build_gateway
@@ -32,6 +33,14 @@ tools:
     kind: python
     entry: "tests.unit.tools.sample_tools:echo"
     risk: high
+  - name: flaky
+    kind: python
+    entry: "tests.unit.tools.sample_tools:flaky"
+    retry: {attempts: 3, backoff_s: 0}
+  - name: flaky_write
+    kind: python
+    entry: "tests.unit.tools.sample_tools:flaky"
+    idempotent: false
 policy:
   rules:
     - id: limited
@@ -41,7 +50,7 @@ policy:
       rate_limit: {calls: 2, window_s: 3600}
     - id: allow-all
       effect: allow
-      tool: [echo, boom, danger]
+      tool: [echo, boom, danger, flaky, flaky_write]
 approvals:
   timeout_s: 0.2
 """
@@ -114,6 +123,35 @@ def test_GW_16_idempotency_key_returns_first_result(gateway: Gateway) -> None:
     second = call(gateway, "echo", {"n": 1}, key="k1")
     assert first == second and len(sample_tools.CALLS) == before + 1
     assert call(gateway, "echo", {"n": 2}, key="k1")["error"]["code"] == "invalid_arguments"
+
+
+def test_point_6_a_replayed_failure_keeps_its_code_and_status(gateway: Gateway) -> None:
+    """With secrets configured the redactor rewrites every error: a replay used to come back
+    as internal/500 instead of the tool_failed/502 the first call got."""
+    first = call(gateway, "boom", {}, key="same")
+    second = call(gateway, "boom", {}, key="same")
+    assert first == second
+    assert (first["error"]["code"], first["error"]["status"]) == ("tool_failed", 502)
+    replayed = list(gateway.audit.records())[-1]
+    assert replayed["replayed"] is True and replayed["outcome"] == "failed"
+    assert replayed["error"]["code"] == "tool_failed"
+
+
+def test_point_6_retries_only_idempotent_tools(gateway: Gateway) -> None:
+    sample_tools.ATTEMPTS.clear()
+    assert call(gateway, "flaky", {"key": "a"}) == {"ok": True, "result": 3, "truncated": False}
+    assert list(gateway.audit.records())[-1]["attempts"] == 3
+    write = call(gateway, "flaky_write", {"key": "b"})
+    assert write["error"]["code"] == "tool_failed" and sample_tools.ATTEMPTS["b"] == 1
+
+
+def test_point_6_retry_on_a_write_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "tools:\n  - {name: w, kind: python, entry: 'm:f', idempotent: false, retry: {}}\n"
+    )
+    with pytest.raises(ConfigError, match="retry needs an idempotent tool"):
+        load_config(path, environ={"SANDGATE_HOME": str(tmp_path)})
 
 
 def test_high_risk_allow_still_asks_and_times_out_denied(gateway: Gateway) -> None:
