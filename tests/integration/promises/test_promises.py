@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
 from tests.fixtures.server import RunningServer
 from tests.integration.promises.conftest import (
+    HOST_MARKER,
+    Promises,
     audit_rows,
     sandbox_as,
 )
@@ -112,5 +115,24 @@ except t.ToolError as e:
             ("flaky_write", False, 1),
         ]
         assert mine[1]["error"] == mine[0]["error"]
+    finally:
+        box.kill()
+
+
+def test_point_5_exec_tools_run_in_a_clean_environment(promises: Promises) -> None:
+    box = sandbox_as(promises.server, "worker")
+    try:
+        out = box.sh("env_dump")
+        assert out.exit_code == 0, out.stderr
+        got = json.loads(out.stdout)
+        # Only what the tool's config passes, plus its secret (redacted on the way back).
+        assert got["env"] == {"TOOL_SETTING": "configured", "CANARY": "[REDACTED:CANARY]"}
+        work = promises.server.home / "tools" / "work"
+        assert got["cwd"].startswith(f"{work}/call-")
+        assert not Path(got["cwd"]).exists()  # private to the call, removed after it
+        inside = box.sh("env; pwd")
+        assert HOST_MARKER not in inside.stdout and HOST_MARKER not in out.stdout
+        assert str(promises.server.home) not in inside.stdout
+        assert inside.stdout.strip().endswith("/home/user")
     finally:
         box.kill()

@@ -16,7 +16,11 @@ import sys
 def main() -> None:
     mode = sys.argv[1]
     if mode == "env":
-        print(json.dumps({"env": dict(os.environ), "cwd": os.getcwd()}))
+        # As exec'd: Python adds LC_CTYPE to os.environ itself in a C locale.
+        with open("/proc/self/environ", "rb") as handle:
+            raw = [e.decode() for e in handle.read().split(b"\0") if e]
+        env = dict(entry.split("=", 1) for entry in raw)
+        print(json.dumps({"env": env, "cwd": os.getcwd()}))
     elif mode == "flaky":
         path = os.path.join(os.environ["FLAKY_DIR"], sys.argv[2])
         with open(path, "a") as handle:
