@@ -72,8 +72,9 @@ class AgentConfig(_PolicyAgent):
     fallbacks: list[ModelChoice] = Field(default_factory=list)
     #: Added to the generated system prompt (tool API, skills, sandbox rules).
     system_prompt: str = ""
-    #: Tool name globs this agent is shown and offered; the policy still decides each call.
-    tools: list[str] = Field(default_factory=lambda: ["*"])
+    #: Tool name globs: the only tools this agent may call at all (stubs, gateway socket, MCP
+    #: endpoint, prompt); a hard limit no policy rule widens. The policy decides each call.
+    tools: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
     #: Names of skills (directories under ``skills.paths``) offered to this agent.
     skills: list[str] = Field(default_factory=list)
     temperature: float | None = Field(None, ge=0, le=2)

@@ -10,6 +10,7 @@ from sandgate.secrets import SecretStore
 from sandgate.store import Store
 from sandgate.tools.pipeline import Gateway
 from sandgate.tools.registry import ToolRegistry
+from sandgate.tools.scope import AgentScope
 
 
 def build_gateway(config: Config, store: Store | None) -> Gateway:
@@ -29,4 +30,5 @@ def build_gateway(config: Config, store: Store | None) -> Gateway:
         audit=build_audit(config, store, secrets),
         home=home,
         budget_per_sandbox=config.policy.budget_per_sandbox,
+        scope=AgentScope(config.agents),
     )

@@ -47,6 +47,7 @@ from sandgate.secrets import Redactor, SecretStore
 from sandgate.tools.executors._output import TRUNCATION_MARKER
 from sandgate.tools.names import canonical_name
 from sandgate.tools.registry import ToolRegistry
+from sandgate.tools.scope import AGENT_TOOLS, AgentScope
 from sandgate.tools.tool import Tool, ToolContext
 from sandgate.tools.validation import validate_arguments
 
@@ -118,8 +119,10 @@ class Gateway:
         audit: AuditLog,
         home: Path,
         budget_per_sandbox: int | None = None,
+        scope: AgentScope | None = None,
     ) -> None:
         self.registry = registry
+        self.scope = scope or AgentScope(())
         self.policy = policy
         self.approvals = approvals
         self.secrets = secrets
@@ -173,8 +176,13 @@ class Gateway:
         return _result(call)
 
     def visible_tools(self, subject: Subject) -> list[Tool]:
-        """Tools some call of which the policy could allow for ``subject`` (for stubs)."""
-        return [t for t in self.registry.all() if self.policy.may_use(subject, t.name)]
+        """Tools in the subject's agent scope some call of which the policy could allow (for
+        stubs, the MCP listing and the agent's prompt)."""
+        return [
+            t
+            for t in self.registry.all()
+            if self.scope.allows(subject.agent, t.name) and self.policy.may_use(subject, t.name)
+        ]
 
     def dry_run(self, subject: Subject, name: Any, arguments: Any) -> dict[str, Any]:
         """What the policy would decide, without rate limits, budgets, execution or audit."""
@@ -376,8 +384,13 @@ class Gateway:
     def _resolve_and_validate(self, call: Call) -> None:
         name = canonical_name(call.requested)
         tool = self.registry.get(name) if name is not None else None
-        if tool is None:
-            # Unknown and malformed names are denied exactly like disallowed ones (GW-01/02).
+        if tool is None or not self.scope.allows(call.subject.agent, tool.name):
+            # Unknown and malformed names, and tools outside the agent's ``tools``, are denied
+            # exactly like disallowed ones (GW-01/02); the audit names the scope.
+            if tool is not None:
+                call.decision = Decision(
+                    "deny", AGENT_TOOLS, detail=f"not one of agent {call.subject.agent}'s tools"
+                )
             raise PolicyDenied(
                 f"tool {str(call.requested)[:100]!r}: no policy rule allows this call "
                 "(default deny)"

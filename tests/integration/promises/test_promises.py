@@ -7,7 +7,11 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import anyio
 import httpx
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.fixtures.server import RunningServer
 from tests.integration.promises.conftest import (
@@ -136,3 +140,47 @@ def test_point_5_exec_tools_run_in_a_clean_environment(promises: Promises) -> No
         assert inside.stdout.strip().endswith("/home/user")
     finally:
         box.kill()
+
+
+def test_point_3_an_agents_tools_are_a_hard_limit(promises: Promises) -> None:
+    """kv-only's tools are [kv]; the policy allows it every tool, and that must not matter."""
+    server = promises.server
+    box = sandbox_as(server, "kv-only")
+    try:
+        listing = box.sh("ls /run/sandgate/tools/bin")
+        assert listing.stdout.split() == ["kv"]
+        out = box.sh(
+            py(
+                """
+import sandgate_tools as t
+print(hasattr(t, "env_dump"))
+try:
+    t.call("env_dump", {})
+except t.ToolError as e:
+    print(e.code)
+print(t.kv.set(key="scoped", value=1)["stored"])
+"""
+            )
+        )
+        assert out.stdout.split() == ["False", "policy_denied", "True"], out.stderr
+        rows = [r for r in audit_rows(server, "--sandbox", box.id) if r["event"] == "tool.call"]
+        assert [(r["tool"], r["outcome"], r["rule"]) for r in rows] == [
+            ("env_dump", "denied", "agent-tools"),
+            ("kv", "allowed", "agents-use-tools"),
+        ]
+    finally:
+        box.kill()
+
+    async def over_mcp() -> tuple[set[str], str]:
+        headers = {"X-API-Key": server.api_key}
+        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30)) as http:
+            url = f"{server.url}/v1/mcp?agent=kv-only"
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                names = {tool.name for tool in (await client.list_tools()).tools}
+                refused = await client.call_tool("env_dump", {})
+                assert refused.is_error
+                return names, refused.content[0].text
+
+    names, refused = anyio.run(over_mcp)
+    assert {n for n in names if not n.startswith("sandbox_")} == {"kv"}
+    assert refused.startswith("policy_denied")

@@ -209,3 +209,42 @@ def test_policy_deny_after_allow_wins_in_the_pipeline_and_is_audited(tmp_path: P
     assert len(sample_tools.CALLS) == before + 1
     assert gateway.dry_run(SUBJECT, "hidden", {})["rule"] == "no-hidden"
     assert [t.name for t in gateway.visible_tools(SUBJECT)] == ["echo"]
+
+
+SCOPED = """
+agents:
+  - {id: narrow, tools: [echo]}
+tools:
+  - name: echo
+    kind: python
+    entry: "tests.unit.tools.sample_tools:echo"
+  - name: other
+    kind: python
+    entry: "tests.unit.tools.sample_tools:echo"
+policy:
+  rules:
+    - {id: allow-all, effect: allow, tool: "*"}
+"""
+
+
+def test_point_3_an_agents_tools_are_a_hard_limit(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(SCOPED)
+    config = load_config(path, environ={"SANDGATE_HOME": str(tmp_path)})
+    gateway = build_gateway(config, Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    narrow = Subject(sandbox_id="sb-n", team_id="team", agent="narrow")
+    anyone = Subject(sandbox_id="sb-a", team_id="team")
+    assert [t.name for t in gateway.visible_tools(narrow)] == ["echo"]
+    assert [t.name for t in gateway.visible_tools(anyone)] == ["echo", "other"]
+    before = len(sample_tools.CALLS)
+    refused = call(gateway, "other", {}, narrow)
+    assert refused["error"]["code"] == "policy_denied"
+    assert (
+        refused["error"]["message"]
+        == "tool 'other': no policy rule allows this call (default deny)"
+    )
+    assert call(gateway, "echo", {}, narrow)["ok"] and call(gateway, "other", {}, anyone)["ok"]
+    assert len(sample_tools.CALLS) == before + 2
+    rules = [(r["tool"], r["rule"]) for r in gateway.audit.records()]
+    assert rules == [("other", "agent-tools"), ("echo", "allow-all"), ("other", "allow-all")]
+    assert gateway.dry_run(narrow, "other", {})["rule"] == "agent-tools"
