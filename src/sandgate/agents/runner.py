@@ -46,6 +46,7 @@ from sandgate.errors import Conflict, NotFound, SandboxUnavailable, SandgateErro
 from sandgate.sandboxes import CreateRequest, SandboxService
 from sandgate.store import AgentRecords, AgentRun, AgentSession, Sandbox, Store
 from sandgate.tools import AGENT_METADATA_KEY
+from sandgate.tools.budgets import RunBudget
 
 __all__ = ["SESSION_METADATA_KEY", "AgentRunner"]
 
@@ -257,6 +258,7 @@ class AgentRunner:
         messages = [Message.from_dict(m) for m in session.messages]
         outcome = Outcome(RunState.FAILED, "cancelled", error="the run was cancelled")
         sandbox: Sandbox | None = None
+        budget: RunBudget | None = None
         try:
             self._records.update_run(run.id, state=RunState.RUNNING.value)
             emit(
@@ -264,6 +266,12 @@ class AgentRunner:
                 {"run": run.id, "session": session.id, "agent": agent.id, "message": run.message},
             )
             sandbox = await self._sandbox_for(session, agent, principal)
+            budget = self._gateway.gateway.run_budgets.open(
+                sandbox.id,
+                run.id,
+                max_tool_calls=agent.budgets.max_tool_calls,
+                wall_clock_s=progress.remaining_s(),
+            )
             tools = self._gateway.tools_for(agent, sandbox)
             messages.append(Message("user", run.message))
             turn = Turn(
@@ -278,6 +286,7 @@ class AgentRunner:
                 checks=default_checks(),
                 progress=progress,
                 tools=tool_specs(tools) if agent.mode == "classic" else (),
+                budget=budget,
             )
             outcome = await run_loop(turn)
         except SandgateError as exc:
@@ -287,6 +296,8 @@ class AgentRunner:
             outcome = Outcome(RunState.FAILED, "internal", error=f"internal error: {exc!r}")
             raise
         finally:
+            if sandbox is not None and budget is not None:
+                self._gateway.gateway.run_budgets.close(sandbox.id, budget)
             self._finish(run, session, outcome, progress, messages, sandbox, emit)
 
     def _finish(

@@ -46,7 +46,8 @@ class AgentBudgets(_Section):
     max_tokens: int = Field(200_000, ge=1)
     max_wall_clock_s: float = Field(600.0, gt=0)
     #: Tool calls made through the gateway during the run (code mode counts every call the
-    #: script makes).
+    #: script makes). Enforced when a call is made: the next one is refused with
+    #: ``budget_exceeded`` and the run stops with that reason.
     max_tool_calls: int = Field(500, ge=1)
 
 

@@ -160,8 +160,8 @@ class AgentRun(Base):
     state: Mapped[str] = mapped_column(String(16))
     message: Mapped[str] = mapped_column(Text)
     answer: Mapped[str | None] = mapped_column(Text)
-    #: Why the run ended: final_answer, max_steps, max_tokens, wall_clock, max_tool_calls,
-    #: repeated_action, or an error code.
+    #: Why the run ended: final_answer, max_steps, max_tokens, wall_clock, budget_exceeded,
+    #: repeated_action, cancelled, or an error code.
     stop_reason: Mapped[str | None] = mapped_column(String(64))
     error: Mapped[str | None] = mapped_column(Text)
     steps: Mapped[int] = mapped_column(Integer, default=0)

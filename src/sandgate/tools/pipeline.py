@@ -33,6 +33,7 @@ from sandgate.audit import AuditLog, canonical
 from sandgate.errors import (
     ApprovalDenied,
     AuditUnavailable,
+    BudgetExceeded,
     InvalidArguments,
     InvalidRequest,
     PolicyDenied,
@@ -44,6 +45,7 @@ from sandgate.errors import (
 )
 from sandgate.policy import DEFAULT_DENY, CallBudget, Decision, PolicyEngine, RateLimiter, Subject
 from sandgate.secrets import Redactor, SecretStore
+from sandgate.tools.budgets import RunBudgets
 from sandgate.tools.executors._output import TRUNCATION_MARKER
 from sandgate.tools.names import canonical_name
 from sandgate.tools.registry import ToolRegistry
@@ -51,10 +53,12 @@ from sandgate.tools.scope import AGENT_TOOLS, AgentScope
 from sandgate.tools.tool import Tool, ToolContext
 from sandgate.tools.validation import validate_arguments
 
-__all__ = ["Call", "CallResult", "Gateway"]
+__all__ = ["RUN_BUDGET", "Call", "CallResult", "Gateway"]
 
 log = structlog.get_logger("sandgate.tools")
 
+#: The rule id audited when an agent run's budget refuses a call.
+RUN_BUDGET = "run-budget"
 #: Idempotency keys remembered per gateway (oldest forgotten first).
 _IDEMPOTENCY_CAPACITY = 10_000
 _KEY_LIMIT = 200
@@ -130,10 +134,13 @@ class Gateway:
         self._home = home
         self._limiter = RateLimiter()
         self._budget = CallBudget(budget_per_sandbox)
+        #: Budgets of the agent runs active in this process, by sandbox (``tools.budgets``).
+        self.run_budgets = RunBudgets()
         self._remembered: OrderedDict[
             tuple[str, str, str], tuple[str, asyncio.Future[CallResult]]
         ] = OrderedDict()
         self._decide_stages: tuple[Stage, ...] = (
+            self._spend_run_budget,
             self._validate,
             self._decide,
             self._replay,
@@ -203,6 +210,17 @@ class Gateway:
 
     # -- deciding stages ------------------------------------------------------------------
 
+    async def _spend_run_budget(self, call: Call) -> None:
+        """An active agent run's budget is spent by every call, before anything else."""
+        budget = self.run_budgets.get(call.subject.sandbox_id)
+        if budget is None:
+            return
+        try:
+            budget.spend(str(call.requested)[:100])
+        except BudgetExceeded as exc:
+            call.decision = Decision("deny", RUN_BUDGET, detail=exc.message)
+            raise
+
     async def _validate(self, call: Call) -> None:
         self._resolve_and_validate(call)
 
@@ -225,7 +243,10 @@ class Gateway:
                     f"({limit.calls} calls per {limit.window_s:g}s per {limit.per}); retry later"
                 )
         if not self._budget.spend(call.subject.sandbox_id):
-            raise RateLimited(f"{_label(call)}: this sandbox has used its tool-call budget")
+            raise BudgetExceeded(
+                f"{_label(call)}: this sandbox has used its tool-call budget "
+                "(policy.budget_per_sandbox)"
+            )
 
     async def _replay(self, call: Call) -> None:
         """A repeated idempotency key returns the first call's result (GW-16)."""
@@ -433,7 +454,7 @@ def outcome_of(error: SandgateError | None) -> str:
     """The audit outcome: allowed, denied, invalid, timed_out or failed."""
     if error is None:
         return "allowed"
-    if isinstance(error, PolicyDenied | RateLimited):
+    if isinstance(error, PolicyDenied | RateLimited | BudgetExceeded):
         return "denied"
     if isinstance(error, InvalidRequest):
         return "invalid"

@@ -201,6 +201,43 @@ class Promises:
     def headers(self) -> dict[str, str]:
         return {"X-API-Key": self.server.api_key}
 
+    def start(self, agent: str, message: str, **body: Any) -> dict[str, Any]:
+        response = httpx.post(
+            f"{self.server.url}/v1/agents/{agent}/runs",
+            json={"message": message, **body},
+            headers=self.headers(),
+        )
+        assert response.status_code == 201, response.text
+        return dict(response.json())
+
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's SSE stream, followed to its end (run.completed or run.failed)."""
+        events: list[dict[str, Any]] = []
+        with httpx.stream(
+            "GET",
+            f"{self.server.url}/v1/runs/{run_id}/events",
+            headers=self.headers(),
+            timeout=httpx.Timeout(10, read=180),
+        ) as response:
+            assert response.status_code == 200
+            event: dict[str, Any] = {}
+            for line in response.iter_lines():
+                if line.startswith("event: "):
+                    event["type"] = line[7:]
+                elif line.startswith("data: "):
+                    event["data"] = json.loads(line[6:])
+                elif line == "" and event:
+                    events.append(event)
+                    if event["type"] in ("run.completed", "run.failed"):
+                        return events
+                    event = {}
+        return events
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        response = httpx.get(f"{self.server.url}/v1/runs/{run_id}", headers=self.headers())
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
 
 @pytest.fixture(scope="session")
 def promises(

@@ -14,6 +14,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.fixtures.server import RunningServer
+from tests.framework.model_server import code, text
 from tests.integration.promises.conftest import (
     HOST_MARKER,
     Promises,
@@ -184,3 +185,49 @@ print(t.kv.set(key="scoped", value=1)["stored"])
     names, refused = anyio.run(over_mcp)
     assert {n for n in names if not n.startswith("sandbox_")} == {"kv"}
     assert refused.startswith("policy_denied")
+
+
+def test_point_2_budgets_are_enforced_when_the_call_is_made(promises: Promises) -> None:
+    """budgeted has max_tool_calls: 5; its script tries 51 calls."""
+    models = promises.models
+    asked = len(models.for_model("budget-model"))
+    models.script(
+        "budget-model",
+        code(
+            "import sandgate_tools as t\n"
+            "codes = []\n"
+            "for i in range(51):\n"
+            "    try:\n"
+            "        t.kv.get(key=f'k{i}')\n"
+            "        codes.append('ok')\n"
+            "    except t.ToolError as e:\n"
+            "        codes.append(e.code)\n"
+            "print(codes)"
+        ),
+        text("never asked: the run stops first"),
+    )
+    started = promises.start("budgeted", "Read 51 keys.")
+    events = promises.events(started["id"])
+    run = promises.get_run(started["id"])
+    assert run["state"] == "stopped" and run["stop_reason"] == "budget_exceeded", run
+    assert "budgets.max_tool_calls" in run["error"]
+    assert events[-1]["type"] == "run.failed"
+    assert len(models.for_model("budget-model")) == asked + 1  # no turn after the refusal
+    calls = [
+        r
+        for r in audit_rows(promises.server, "--tool", "kv")
+        if r["sandbox"] == run_sandbox(promises, started)
+    ]
+    assert [r["outcome"] for r in calls[:5]] == ["allowed"] * 5
+    assert calls[5]["outcome"] == "denied" and calls[5]["rule"] == "run-budget"
+    # The code was interrupted at the refusal: nowhere near 51 calls were made.
+    assert all(r["rule"] == "run-budget" for r in calls[5:]) and len(calls) < 51
+    completed = [e["data"] for e in events if e["type"] == "code.completed"]
+    assert completed and completed[0]["exit_code"] == 130
+
+
+def run_sandbox(promises: Promises, started: dict[str, object]) -> str:
+    session = httpx.get(
+        f"{promises.server.url}/v1/sessions/{started['session_id']}", headers=promises.headers()
+    ).json()
+    return str(session["sandbox"])
