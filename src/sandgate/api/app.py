@@ -120,6 +120,7 @@ class Application:
                 "status": "ok",
                 **floor_health(self.floors, self.runtime.name),
                 "audit": self.gateway.audit.health.as_dict(),
+                "mcp": self.gateway.registry.mcp_health(),
             }
 
         self.asgi: ASGIApp = Router(
@@ -148,6 +149,7 @@ class Application:
         finally:
             await self.agents.stop()
             await self.sandboxes.stop()
+            await self.gateway.registry.close()
             await full_check
             await asyncio.to_thread(self.gateway.audit.close)
             self.store.close()

@@ -78,6 +78,7 @@ async def _chat(application: Application, agent_id: str, session_id: str | None)
             if row.sandbox_id:
                 await application.sandboxes.kill_any(row.sandbox_id)
         await runner.stop()
+        await application.gateway.registry.close()
         await asyncio.to_thread(application.gateway.audit.close)  # every record written first
         application.store.close()
 

@@ -57,5 +57,6 @@ async def _serve(application: Application, agent: str | None) -> None:
                 created.append(row.id)
         for sandbox_id in created:
             await application.sandboxes.kill_any(sandbox_id)
+        await application.gateway.registry.close()
         await asyncio.to_thread(application.gateway.audit.close)  # every record written first
         application.store.close()

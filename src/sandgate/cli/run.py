@@ -108,6 +108,7 @@ async def _run(
     finally:
         await sandboxes.kill_any(sandbox.id)
     _summary(application, sandbox.id)
+    await application.gateway.registry.close()
     await asyncio.to_thread(application.gateway.audit.close)  # every record written first
     application.store.close()
     return exit_code

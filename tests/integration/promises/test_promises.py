@@ -4,6 +4,7 @@ real server with real sandboxes, on each runtime."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -231,3 +232,59 @@ def run_sandbox(promises: Promises, started: dict[str, object]) -> str:
         f"{promises.server.url}/v1/sessions/{started['session_id']}", headers=promises.headers()
     ).json()
     return str(session["sandbox"])
+
+
+def mcp_state(server: RunningServer) -> dict[str, object]:
+    return dict(httpx.get(f"{server.url}/health").json()["mcp"]["mcp"])
+
+
+def test_point_4_mcp_tool_sources_are_sessions_not_processes_per_call(promises: Promises) -> None:
+    server = promises.server
+    assert mcp_state(server)["state"] == "up"
+    box = sandbox_as(server, "worker")
+    try:
+        out = box.sh(
+            py(
+                """
+import json, time, threading, sandgate_tools as t
+pids = [t.mcp_pid()["result"] for _ in range(3)]
+# Concurrent calls share the session: two 1 s calls take about 1 s, not 2.
+took = time.monotonic()
+threads = [threading.Thread(target=t.mcp_slow, kwargs={"seconds": 1}) for _ in range(2)]
+[th.start() for th in threads]
+[th.join() for th in threads]
+took = time.monotonic() - took
+started = time.monotonic()
+try:
+    t.mcp_slow(seconds=6)
+except t.ToolError as e:
+    code = e.code
+print(json.dumps({"pids": pids, "concurrent_s": took, "code": code,
+                  "timeout_s": time.monotonic() - started}))
+"""
+            )
+        )
+        assert out.exit_code == 0, out.stderr
+        got = json.loads(out.stdout)
+        assert len(set(got["pids"])) == 1  # one server process for every call
+        assert got["concurrent_s"] < 1.9
+        # timeout_s (2 s) bounds the whole call: the answer comes at 2 s, not after 6 s
+        # (it used to be per read, plus a server start per call).
+        assert got["code"] == "tool_timeout" and 2.0 <= got["timeout_s"] < 4.0
+
+        crashed = box.sh("mcp_crash")
+        assert crashed.exit_code == 1 and "tool_failed" in crashed.stderr
+        wait_for(lambda: mcp_state(server)["state"] == "up", "the MCP session to restart")
+        assert int(str(mcp_state(server)["restarts"])) >= 1
+        again = box.sh("python3 -c 'import sandgate_tools as t; print(t.mcp_pid()[\"result\"])'")
+        assert again.exit_code == 0 and int(again.stdout) != got["pids"][0]
+    finally:
+        box.kill()
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
