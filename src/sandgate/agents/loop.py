@@ -92,7 +92,20 @@ class Turn:
         started = time.monotonic()
         try:
             choice, reply = await asyncio.wait_for(
-                self.router.complete(self.agent.models, request, step.attempts),
+                self.router.complete(
+                    self.agent.models,
+                    request,
+                    step.attempts,
+                    lambda old, new, why: self.emit(
+                        "model.fallback",
+                        {
+                            "step": step.number,
+                            "from": f"{old.provider}/{old.model}",
+                            "to": f"{new.provider}/{new.model}",
+                            "reason": why,
+                        },
+                    ),
+                ),
                 self.progress.remaining_s(),
             )
         except TimeoutError:

@@ -56,6 +56,9 @@ async def _chat(application: Application, agent_id: str, session_id: str | None)
     )
     principal = Principal(team_id=team.id, api_key_id="cli")
     agent = runner.agent(agent_id)
+    if session_id is None:
+        # A session of its own: the sandbox (and its Python variables) lasts the conversation.
+        session_id = runner.open_session(principal, agent_id).id
     console.print(
         f"[bold]{agent.name or agent.id}[/] ({agent.mode} mode, "
         f"{', '.join(f'{m.provider}/{m.model}' for m in agent.models)}). /exit to leave."

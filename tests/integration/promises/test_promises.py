@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.fixtures.server import RunningServer
-from tests.framework.model_server import code, text
+from tests.framework.model_server import code, error, text
 from tests.integration.promises.conftest import (
     HOST_MARKER,
     Promises,
@@ -215,9 +215,7 @@ def test_point_2_budgets_are_enforced_when_the_call_is_made(promises: Promises) 
     assert events[-1]["type"] == "run.failed"
     assert len(models.for_model("budget-model")) == asked + 1  # no turn after the refusal
     calls = [
-        r
-        for r in audit_rows(promises.server, "--tool", "kv")
-        if r["sandbox"] == run_sandbox(promises, started)
+        r for r in audit_rows(promises.server, "--tool", "kv") if r["sandbox"] == run["sandbox_id"]
     ]
     assert [r["outcome"] for r in calls[:5]] == ["allowed"] * 5
     assert calls[5]["outcome"] == "denied" and calls[5]["rule"] == "run-budget"
@@ -225,13 +223,6 @@ def test_point_2_budgets_are_enforced_when_the_call_is_made(promises: Promises) 
     assert all(r["rule"] == "run-budget" for r in calls[5:]) and len(calls) < 51
     completed = [e["data"] for e in events if e["type"] == "code.completed"]
     assert completed and completed[0]["exit_code"] == 130
-
-
-def run_sandbox(promises: Promises, started: dict[str, object]) -> str:
-    session = httpx.get(
-        f"{promises.server.url}/v1/sessions/{started['session_id']}", headers=promises.headers()
-    ).json()
-    return str(session["sandbox"])
 
 
 def mcp_state(server: RunningServer) -> dict[str, object]:
@@ -288,3 +279,105 @@ def wait_for(condition: Callable[[], object], what: str, timeout: float = 60) ->
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+def sandbox_live(server: RunningServer, sandbox_id: str) -> bool:
+    response = httpx.get(
+        f"{server.url}/sandboxes/{sandbox_id}", headers={"X-API-Key": server.api_key}
+    )
+    return response.status_code == 200
+
+
+def trace_types(promises: Promises, run_id: str) -> list[str]:
+    body = httpx.get(
+        f"{promises.server.url}/v1/runs/{run_id}",
+        params={"trace": "true"},
+        headers=promises.headers(),
+    ).json()
+    return [event["type"] for event in body["trace"]]
+
+
+def test_point_7_runs_are_manageable(promises: Promises) -> None:
+    server, models, headers = promises.server, promises.models, promises.headers()
+    url = f"{server.url}/v1"
+    before = httpx.get(f"{url}/runs", params={"limit": 1}, headers=headers).json()["runs"]
+    since = before[0]["created_at"] if before else "2000-01-01T00:00:00+00:00"
+
+    # A run without a session: its sandbox is released when it ends.
+    models.script("runner-model", text("done at once"))
+    one_shot = promises.start("runner", "Say done.")
+    promises.events(one_shot["id"])
+    finished = promises.get_run(one_shot["id"])
+    assert finished["state"] == "completed" and finished["sandbox_id"]
+    assert not sandbox_live(server, finished["sandbox_id"])
+
+    # An explicit session keeps its sandbox between runs, until it is ended.
+    session = httpx.post(f"{url}/agents/runner/sessions", headers=headers).json()
+    models.script("runner-model", text("first"), text("second"))
+    kept = promises.start("runner", "One.", session_id=session["id"])
+    promises.events(kept["id"])
+    kept_run = promises.get_run(kept["id"])
+    assert sandbox_live(server, kept_run["sandbox_id"])
+    again = promises.start("runner", "Two.", session_id=session["id"])
+    promises.events(again["id"])
+    assert promises.get_run(again["id"])["sandbox_id"] == kept_run["sandbox_id"]
+    ended = httpx.delete(f"{url}/sessions/{session['id']}", headers=headers)
+    assert ended.status_code == 200 and ended.json()["sandbox"] is None
+    assert not sandbox_live(server, kept_run["sandbox_id"])
+
+    # Cancel over HTTP while the code runs: the run ends cancelled, its sandbox released.
+    sleeper = code("import time\nprint('working', flush=True)\ntime.sleep(120)")
+    models.script("runner-model", sleeper, text("never asked"))
+    long = promises.start("runner", "Work long.")
+    wait_for(lambda: "code.started" in trace_types(promises, long["id"]), "the code to start")
+    cancelled = httpx.post(f"{url}/runs/{long['id']}/cancel", headers=headers)
+    assert cancelled.status_code == 200, cancelled.text
+    body = cancelled.json()
+    assert body["state"] == "cancelled" and body["stop_reason"] == "cancelled"
+    assert body["cancelled_by"] == f"api:{server.key_id}"
+    assert promises.events(long["id"])[-1]["data"]["state"] == "cancelled"
+    assert not sandbox_live(server, body["sandbox_id"])
+    twice = httpx.post(f"{url}/runs/{long['id']}/cancel", headers=headers)
+    assert twice.status_code == 409 and "it is cancelled" in twice.json()["message"]
+
+    # Cancel from the CLI (another process): the server notices and stops it.
+    models.script("runner-model", sleeper, text("never asked"))
+    other = promises.start("runner", "Work long again.")
+    wait_for(lambda: "code.started" in trace_types(promises, other["id"]), "the code to start")
+    out = server.cli("runs", "cancel", other["id"])
+    assert f"{other['id']} cancelled" in out.stdout
+    assert promises.get_run(other["id"])["cancelled_by"].startswith("cli:")
+
+    # The list, filtered by agent, status and time.
+    listed = httpx.get(
+        f"{url}/runs", params={"agent": "runner", "since": since, "limit": 100}, headers=headers
+    ).json()["runs"]
+    assert {r["id"] for r in listed} >= {one_shot["id"], kept["id"], long["id"], other["id"]}
+    assert {r["agent"] for r in listed} == {"runner"}
+    only = httpx.get(
+        f"{url}/runs",
+        params={"agent": "runner", "status": "cancelled", "since": since},
+        headers=headers,
+    ).json()["runs"]
+    assert {r["id"] for r in only} == {long["id"], other["id"]}
+    later = httpx.get(
+        f"{url}/runs", params={"since": "2999-01-01T00:00:00Z"}, headers=headers
+    ).json()
+    assert later == {"runs": []}
+    bad = httpx.get(f"{url}/runs", params={"status": "finished"}, headers=headers)
+    assert bad.status_code == 400 and "is not a run state" in bad.json()["message"]
+    cli = server.cli("runs", "list", "--agent", "runner", "--status", "cancelled", "--json")
+    assert {json.loads(line)["id"] for line in cli.stdout.splitlines()} >= {
+        long["id"],
+        other["id"],
+    }
+
+    # An SSE event says when a fallback provider took over.
+    models.script("flaky-model", error(429, repeat=True))
+    models.script("backup-model", text("answer from the fallback", repeat=True))
+    fallback = promises.start("fallback", "Hello?")
+    events = promises.events(fallback["id"])
+    took_over = [e["data"] for e in events if e["type"] == "model.fallback"]
+    assert took_over and took_over[0]["from"] == "openai/flaky-model"
+    assert took_over[0]["to"] == "anthropic/backup-model"
+    assert events[-1]["type"] == "run.completed"
