@@ -150,6 +150,7 @@ class Application:
             await self.agents.stop()
             await self.sandboxes.stop()
             await self.gateway.registry.close()
+            await asyncio.to_thread(self.gateway.approvals.close)
             await full_check
             await asyncio.to_thread(self.gateway.audit.close)
             self.store.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sandgate.approvals import ApprovalService
+from sandgate.approvals import build_approvals
 from sandgate.audit import build_audit
 from sandgate.config import Config
 from sandgate.policy import PolicyEngine
@@ -21,11 +21,7 @@ def build_gateway(config: Config, store: Store | None) -> Gateway:
     return Gateway(
         registry=ToolRegistry(config.tools, home),
         policy=PolicyEngine(config.policy),
-        approvals=ApprovalService(
-            home / "approvals",
-            timeout_s=config.approvals.timeout_s,
-            webhook_url=config.approvals.webhook_url,
-        ),
+        approvals=build_approvals(config, secrets),
         secrets=secrets,
         audit=build_audit(config, store, secrets),
         home=home,

@@ -181,6 +181,13 @@ policy:
       subject: {{agent: [worker, kv-only, budgeted, runner, fallback]}}
       tool: "*"
     - {{id: asker-reads, effect: allow, subject: {{agent: asker}}, tool: kv, action: get}}
+    - id: asker-quick-ask
+      effect: ask
+      subject: {{agent: asker}}
+      tool: kv
+      action: set
+      args: {{key: {{glob: "quick:*"}}}}
+      approval_timeout_s: 2
     - {{id: asker-writes-ask, effect: ask, subject: {{agent: asker}}, tool: kv, action: set}}
 approvals:
   timeout_s: 120

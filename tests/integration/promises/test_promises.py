@@ -3,10 +3,16 @@ real server with real sandboxes, on each runtime."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -18,6 +24,7 @@ from tests.fixtures.server import RunningServer
 from tests.framework.model_server import code, error, text
 from tests.integration.promises.conftest import (
     HOST_MARKER,
+    WEBHOOK_KEY,
     Promises,
     audit_rows,
     sandbox_as,
@@ -381,3 +388,110 @@ def test_point_7_runs_are_manageable(promises: Promises) -> None:
     assert took_over and took_over[0]["from"] == "openai/flaky-model"
     assert took_over[0]["to"] == "anthropic/backup-model"
     assert events[-1]["type"] == "run.completed"
+
+
+def signed_notification(entry: dict[str, Any]) -> dict[str, Any]:
+    """The notification's JSON, after checking its signature and timestamp as a receiver must
+    (HMAC-SHA256 over "<timestamp>." + the exact body)."""
+    headers, body = entry["headers"], entry["body"]
+    stamp = headers["x-sandgate-timestamp"]
+    expected = hmac.new(WEBHOOK_KEY.encode(), stamp.encode() + b"." + body, hashlib.sha256)
+    assert hmac.compare_digest(headers["x-sandgate-signature"], "v1=" + expected.hexdigest())
+    assert abs(time.time() - int(stamp)) < 300
+    payload = json.loads(body)
+    assert headers["x-sandgate-event"] == payload["event"]
+    return dict(payload)
+
+
+def notification(
+    promises: Promises, event: str, match: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    def wanted(entry: dict[str, Any]) -> bool:
+        payload = json.loads(entry["body"])
+        return bool(payload["event"] == event and match(payload["approval"]))
+
+    return signed_notification(promises.webhooks.wait_for(wanted, timeout=180))
+
+
+def test_point_8_webhook_approvals_can_decide(promises: Promises, tmp_path: Path) -> None:
+    server = promises.server
+    url = server.url
+    created = json.loads(
+        server.cli(
+            "keys", "create", "--name", "approver", "--scope", "approvals", "--json"
+        ).stdout.splitlines()[-1]
+    )
+    assert created["scopes"] == ["approvals"]
+    approver = {"X-API-Key": created["key"]}
+    # The approver service's key decides approvals and does nothing else.
+    assert httpx.get(f"{url}/v1/approvals", headers=approver).status_code == 200
+    for method, path in [
+        ("GET", "/sandboxes"),
+        ("GET", "/v1/tools"),
+        ("GET", "/v1/runs"),
+        ("POST", "/v1/agents/runner/runs"),
+        ("POST", "/v1/mcp"),
+    ]:
+        refused = httpx.request(method, url + path, headers=approver, json={"message": "x"})
+        assert refused.status_code == 403, (method, path, refused.text)
+        assert "limited to approvals" in refused.json()["message"]
+
+    # Raised by the server (a sandbox's call): requested and decided, both signed.
+    box = sandbox_as(server, "asker")
+    try:
+        result: dict[str, Any] = {}
+        writer = threading.Thread(
+            target=lambda: result.update(out=box.sh("kv set hook:1 yes && kv get hook:1"))
+        )
+        writer.start()
+        requested = notification(
+            promises, "approval.requested", lambda a: a["sandbox_id"] == box.id
+        )
+        approval = requested["approval"]
+        assert approval["state"] == "pending" and approval["arguments"]["key"] == "hook:1"
+        decided = httpx.post(f"{url}/v1/approvals/{approval['id']}/approve", headers=approver)
+        assert decided.status_code == 200, decided.text
+        assert decided.json()["decided_by"] == created["id"]
+        writer.join(120)
+        assert result["out"].exit_code == 0 and "yes" in result["out"].stdout
+        announced = notification(promises, "approval.decided", lambda a: a["id"] == approval["id"])
+        assert announced["approval"]["state"] == "approved"
+
+        expired = box.sh("kv set quick:1 x")
+        assert expired.exit_code == 1 and "expired" in expired.stderr
+        gone = notification(
+            promises,
+            "approval.expired",
+            lambda a: a["sandbox_id"] == box.id and a["arguments"]["key"] == "quick:1",
+        )
+        assert gone["approval"]["state"] == "expired"
+    finally:
+        box.kill()
+
+    # Raised by `sandgate run` (another process, same home): the team's keys decide it over
+    # HTTP (it used to answer 404: the CLI acted as a team no key belonged to).
+    script = tmp_path / "write.py"
+    script.write_text(
+        "import sandgate_tools as t\nt.kv.set(key='cli:1', value=1)\nprint('written')\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sandgate", "run", "--agent", "asker", str(script)],
+        env=server.server_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        raised = notification(
+            promises, "approval.requested", lambda a: a["arguments"].get("key") == "cli:1"
+        )["approval"]
+        answer = httpx.post(f"{url}/v1/approvals/{raised['id']}/approve", headers=approver)
+        assert answer.status_code == 200, answer.text
+        out, err = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert "written" in out
+    assert notification(promises, "approval.decided", lambda a: a["id"] == raised["id"])
