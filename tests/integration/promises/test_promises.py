@@ -3,6 +3,7 @@ real server with real sandboxes, on each runtime."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -23,6 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.fixtures.server import RunningServer
 from tests.framework.model_server import code, error, text
 from tests.integration.promises.conftest import (
+    CANARY,
     HOST_MARKER,
     WEBHOOK_KEY,
     Promises,
@@ -495,3 +497,38 @@ def test_point_8_webhook_approvals_can_decide(promises: Promises, tmp_path: Path
     assert process.returncode == 0, err
     assert "written" in out
     assert notification(promises, "approval.decided", lambda a: a["id"] == raised["id"])
+
+
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+
+
+def test_point_9_docs_say_what_is_enforced(promises: Promises) -> None:
+    """What the docs say about redaction holds on a real server, and the modes they offer
+    against its limits work; the docs cover autonomy, conditions and redaction's limits."""
+    box = sandbox_as(promises.server, "worker")
+    try:
+        leaked = box.sh("leak")
+        assert leaked.exit_code == 0, leaked.stderr
+        got = json.loads(leaked.stdout)
+        # An exact copy is redacted; a transformed one is not (the documented limit).
+        assert got["plain"] == "[REDACTED:CANARY]"
+        assert got["reversed"] == CANARY[::-1]
+        assert base64.b64decode(got["b64"]).decode() == CANARY
+        never = box.sh(py("import sandgate_tools as t; print(repr(t.leak_none()))"))
+        assert never.stdout.strip() == "None", never.stderr  # "never return secrets"
+        fields = box.sh(py("import json, sandgate_tools as t; print(json.dumps(t.leak_fields()))"))
+        assert json.loads(fields.stdout) == {"status": "ok"}
+    finally:
+        box.kill()
+
+    tools = (DOCS / "tools.md").read_text()
+    agents = (DOCS / "agents.md").read_text()
+    assert "### What redaction covers, and what it cannot" in tools
+    for limit in ("reversed", "base64", "a prefix"):
+        assert limit in tools
+    assert "output: {mode: none}" in tools and "mode: fields" in tools
+    assert "### What a condition means, and what it cannot see" in tools
+    assert "## Autonomy: how much an agent may do without a person" in agents
+    for level in ("`suggest`", "`semi`", "`auto` (default)"):
+        assert level in agents
+    assert "| `max_tool_calls` | by the gateway, **at every tool call**" in agents
