@@ -19,6 +19,7 @@ from sandgate.audit.chain import GENESIS
 __all__ = ["Head", "file_lines", "read_head", "records_after"]
 
 _CHUNK = 64 * 1024
+_FIRST_CHUNK = 4096
 
 
 @dataclass(frozen=True)
@@ -88,13 +89,15 @@ def file_lines(path: Path) -> Iterator[str]:
 def _last_line(fd: int, size: int) -> bytes:
     end = size
     data = b""
+    chunk = _FIRST_CHUNK  # a record is a few hundred bytes: read little, more if needed
     while end > 0:
-        start = max(0, end - _CHUNK)
+        start = max(0, end - chunk)
         data = os.pread(fd, end - start, start) + data
         stripped = data.rstrip(b"\n")
         if b"\n" in stripped or start == 0:
             return stripped.rsplit(b"\n", 1)[-1]
         end = start
+        chunk = _CHUNK
     return data
 
 

@@ -49,7 +49,7 @@ from sandgate.audit.chain import GENESIS, VerifyResult, canonical, link_problem,
 from sandgate.audit.checkpoint import Checkpointer, read_checkpoints
 from sandgate.audit.verify import RECOVERED_EVENT, verify_log
 from sandgate.errors import AuditTampered, AuditUnavailable, Conflict, SandgateError
-from sandgate.store import AuditEntry, Store
+from sandgate.store import Store
 
 __all__ = ["AuditHealth", "AuditLog", "AuditState"]
 
@@ -489,29 +489,29 @@ class AuditLog:
     def _index(self, records: list[dict[str, Any]]) -> None:
         if self._store is None:
             return
-        entries = [_entry(record) for record in records]
         try:
-            self._store.add_audit_entries(entries)
+            self._store.add_audit_entries([_entry(record) for record in records])
         except Exception as exc:  # the file is the record of truth; the gap is indexed later
             log.error("audit.index_failed", first=records[0]["seq"], error=repr(exc)[:300])
 
 
-def _entry(record: dict[str, Any]) -> AuditEntry:
+def _entry(record: dict[str, Any]) -> dict[str, Any]:
+    """The index row (``AuditEntry`` columns) of a sealed record."""
     subject = record.get("subject") or {}
-    return AuditEntry(
-        seq=record["seq"],
-        time=datetime.fromisoformat(record["time"]),
-        event=str(record.get("event", "tool.call"))[:32],
-        sandbox_id=record.get("sandbox"),
-        team_id=subject.get("team") if isinstance(subject, dict) else None,
-        agent=subject.get("agent") if isinstance(subject, dict) else None,
-        tool=record.get("tool"),
-        action=record.get("action"),
-        outcome=str(record.get("outcome", "")),
-        rule_id=record.get("rule"),
-        duration_ms=record.get("duration_ms"),
-        hash=record["hash"],
-    )
+    return {
+        "seq": record["seq"],
+        "time": datetime.fromisoformat(record["time"]),
+        "event": str(record.get("event", "tool.call"))[:32],
+        "sandbox_id": record.get("sandbox"),
+        "team_id": subject.get("team") if isinstance(subject, dict) else None,
+        "agent": subject.get("agent") if isinstance(subject, dict) else None,
+        "tool": record.get("tool"),
+        "action": record.get("action"),
+        "outcome": str(record.get("outcome", "")),
+        "rule_id": record.get("rule"),
+        "duration_ms": record.get("duration_ms"),
+        "hash": record["hash"],
+    }
 
 
 def _write_all(fd: int, data: bytes) -> None:

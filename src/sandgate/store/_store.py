@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy import Engine, create_engine, event, func, insert, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -218,10 +218,14 @@ class Store:
         with self.session() as s:
             s.add(entry)
 
-    def add_audit_entries(self, entries: Sequence[AuditEntry]) -> None:
-        """Indexes a batch of records in one transaction (all or none)."""
-        with self.session() as s:
-            s.add_all(entries)
+    def add_audit_entries(self, entries: Sequence[dict[str, Any]]) -> None:
+        """Indexes a batch of records (``AuditEntry`` columns) in one transaction, all or
+        none; one multi-row INSERT, without the ORM's unit of work (the audit writer's hot
+        path)."""
+        if not entries:
+            return
+        with self.engine.begin() as connection:
+            connection.execute(insert(AuditEntry), list(entries))
 
     def audit_head(self) -> tuple[int, str] | None:
         """(seq, hash) of the last indexed audit record: the log's anchor in the store."""
