@@ -472,9 +472,10 @@ def test_point_8_webhook_approvals_can_decide(promises: Promises, tmp_path: Path
 
     # Raised by `sandgate run` (another process, same home): the team's keys decide it over
     # HTTP (it used to answer 404: the CLI acted as a team no key belonged to).
+    key = f"cli:{server.port}"  # the receiver serves every runtime's server
     script = tmp_path / "write.py"
     script.write_text(
-        "import sandgate_tools as t\nt.kv.set(key='cli:1', value=1)\nprint('written')\n"
+        f"import sandgate_tools as t\nt.kv.set(key={key!r}, value=1)\nprint('written')\n"
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "sandgate", "run", "--agent", "asker", str(script)],
@@ -485,7 +486,7 @@ def test_point_8_webhook_approvals_can_decide(promises: Promises, tmp_path: Path
     )
     try:
         raised = notification(
-            promises, "approval.requested", lambda a: a["arguments"].get("key") == "cli:1"
+            promises, "approval.requested", lambda a: a["arguments"].get("key") == key
         )["approval"]
         answer = httpx.post(f"{url}/v1/approvals/{raised['id']}/approve", headers=approver)
         assert answer.status_code == 200, answer.text
