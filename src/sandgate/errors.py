@@ -22,7 +22,8 @@
     ├── PayloadTooLarge           too_large        413   resource_exhausted
     ├── DiskFull                  disk_full        507   resource_exhausted
     ├── QuotaExceeded             quota_exceeded   429   resource_exhausted
-    │   └── RateLimited           rate_limited     429   (tool call rate limit or budget)
+    │   ├── RateLimited           rate_limited     429   (tool call rate limit)
+    │   └── BudgetExceeded        budget_exceeded  429   (a run's or sandbox's tool-call budget)
     ├── RuntimeUnavailable        runtime_unavailable 503 unavailable
     │   └── RuntimeBelowFloor     runtime_below_floor 503 (kernel/runtime below a patched floor)
     ├── SandboxUnavailable        sandbox_unavailable 502 unavailable
@@ -30,6 +31,7 @@
     ├── ToolFailed                tool_failed      502   (the tool ran and failed)
     │   └── ToolTimeout           tool_timeout     504
     ├── AuditUnavailable          audit_unavailable 503  (calls fail closed)
+    │   └── AuditTampered         audit_tampered   503   (the log disagrees with its anchor)
     ├── ModelUnavailable          model_unavailable 502  (agent: no model answered)
     └── NotImplementedFeature     not_implemented  501   unimplemented (an E2B endpoint
                                                           not served here, feature named)
@@ -42,9 +44,13 @@ Raising is not logging: the edge logs once.
 
 from __future__ import annotations
 
+import copy
+
 __all__ = [
     "ApprovalDenied",
+    "AuditTampered",
     "AuditUnavailable",
+    "BudgetExceeded",
     "ConfigError",
     "Conflict",
     "DiskFull",
@@ -73,6 +79,7 @@ __all__ = [
     "ToolFailed",
     "ToolTimeout",
     "Unauthenticated",
+    "error_for_code",
 ]
 
 
@@ -85,6 +92,13 @@ class SandgateError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+    def reworded(self, message: str) -> SandgateError:
+        """The same error (class, code, status) with another message, e.g. redacted."""
+        error = copy.copy(self)
+        error.message = message
+        error.args = (message,)
+        return error
 
 
 class InvalidRequest(SandgateError):
@@ -228,9 +242,17 @@ class ApprovalDenied(PolicyDenied):
 
 
 class RateLimited(QuotaExceeded):
-    """A tool call rate limit or per-sandbox call budget was reached."""
+    """A tool call rate limit was reached; the same call may succeed later."""
 
     code = "rate_limited"
+
+
+class BudgetExceeded(QuotaExceeded):
+    """A tool-call budget is spent: the agent run's (``budgets.max_tool_calls``, or its wall
+    clock) or the sandbox's (``policy.budget_per_sandbox``). Unlike a rate limit, waiting does
+    not help; the message names the budget."""
+
+    code = "budget_exceeded"
 
 
 class ToolFailed(SandgateError):
@@ -254,6 +276,15 @@ class AuditUnavailable(SandgateError):
     status = 503
 
 
+class AuditTampered(AuditUnavailable):
+    """The audit log's head disagrees with its anchor (the store's index, a signed
+    checkpoint): records were removed, rolled back or rewritten. Nothing more is appended
+    until an operator has looked (``sandgate audit verify``, then ``sandgate audit
+    recover``); the message names the first bad record."""
+
+    code = "audit_tampered"
+
+
 # -- agents --------------------------------------------------------------------------------
 
 
@@ -271,3 +302,23 @@ class NotImplementedFeature(SandgateError):
 
     code = "not_implemented"
     status = 501
+
+
+def error_for_code(code: str, message: str, status: int | None = None) -> SandgateError:
+    """The error of the tree whose code is ``code`` (e.g. to replay a recorded failure with its
+    own class, code and status); an unknown code keeps its text as the instance's code."""
+    found: type[SandgateError] | None = None
+    pending: list[type[SandgateError]] = [SandgateError]
+    while pending:
+        cls = pending.pop()
+        if cls.code == code:
+            found = cls
+            break
+        pending.extend(cls.__subclasses__())
+    if found is not None:
+        return found(message)
+    error = SandgateError(message)
+    error.code = code
+    if status is not None:
+        error.status = status
+    return error

@@ -1,6 +1,7 @@
 """Who may do what: API keys (control plane) and per-sandbox access tokens (data plane)."""
 
 from sandgate.access._keys import (
+    SCOPES,
     Principal,
     authenticate_api_key,
     create_api_key,
@@ -11,6 +12,7 @@ from sandgate.access._keys import (
 )
 
 __all__ = [
+    "SCOPES",
     "Principal",
     "authenticate_api_key",
     "create_api_key",

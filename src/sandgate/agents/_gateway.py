@@ -9,7 +9,6 @@ socket, so the same policy, approvals and audit apply whoever drives the sandbox
 
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
 from typing import Any
 
 from sandgate.agents.steps import ToolStep
@@ -37,9 +36,9 @@ class GatewayAdapter:
         return self._hook.subject(sandbox)
 
     def tools_for(self, agent: AgentConfig, sandbox: Sandbox) -> list[Tool]:
-        """Tools the policy could allow this sandbox, narrowed to the agent's ``tools``."""
-        visible = self._gateway.visible_tools(self.subject(sandbox))
-        return [t for t in visible if any(fnmatchcase(t.name, g) for g in agent.tools)]
+        """Tools of the agent's ``tools`` the policy could allow this sandbox (the gateway
+        enforces the same scope on every call)."""
+        return self._gateway.visible_tools(self.subject(sandbox))
 
     def audit_position(self) -> int:
         last = self._store.last_audit_entry()

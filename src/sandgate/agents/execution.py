@@ -66,6 +66,7 @@ class SandboxCode:
     def __init__(self, guest: GuestClient, session_id: str, output_limit: int) -> None:
         self._guest = guest
         self._tag = f"sandgate-agent-{session_id}"
+        self._script_tag = f"{self._tag}-script"
         self._limit = output_limit
         self._stream: ProcessStream | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -87,6 +88,13 @@ class SandboxCode:
                     f"the sandbox could not run the code: {exc.message}"
                 ) from None
         step.duration_ms = round((time.monotonic() - started) * 1000, 3)
+
+    async def interrupt(self) -> None:
+        """Interrupts the code running now (SIGINT: the Python cell ends with exit code 130;
+        a script block is stopped); ``run`` then returns with what was printed. Idempotent."""
+        for tag in (self._tag, self._script_tag):
+            with contextlib.suppress(GuestError):
+                await self._guest.signal(signal.SIGINT, tag=tag)
 
     async def close(self) -> None:
         """Stops reading (the Python process keeps running for the next run)."""
@@ -215,6 +223,7 @@ class SandboxCode:
             [*argv[1:], path],
             cwd="/home/user",
             user="user",
+            tag=self._script_tag,
             timeout_ms=max(1, int(timeout_s * 1000)),
         )
         out, err = _Tail(self._limit), _Tail(self._limit)

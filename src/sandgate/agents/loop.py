@@ -24,6 +24,7 @@ from sandgate.agents.steps import CodeStep, ModelStep, RunState, ToolStep
 from sandgate.agents.stops import Progress, StopCheck, first_stop
 from sandgate.config import AgentConfig
 from sandgate.store import Sandbox
+from sandgate.tools.budgets import RunBudget
 
 __all__ = ["Emit", "Outcome", "Turn", "run_loop"]
 
@@ -71,6 +72,8 @@ class Turn:
     checks: list[StopCheck]
     progress: Progress
     tools: tuple[ToolSpec, ...] = ()
+    #: The run's tool-call budget, which the gateway spends at every call of the sandbox.
+    budget: RunBudget | None = None
     _reported: set[int] = field(default_factory=set)
     _asked: set[str] = field(default_factory=set)
 
@@ -89,7 +92,20 @@ class Turn:
         started = time.monotonic()
         try:
             choice, reply = await asyncio.wait_for(
-                self.router.complete(self.agent.models, request, step.attempts),
+                self.router.complete(
+                    self.agent.models,
+                    request,
+                    step.attempts,
+                    lambda old, new, why: self.emit(
+                        "model.fallback",
+                        {
+                            "step": step.number,
+                            "from": f"{old.provider}/{old.model}",
+                            "to": f"{new.provider}/{new.model}",
+                            "reason": why,
+                        },
+                    ),
+                ),
                 self.progress.remaining_s(),
             )
         except TimeoutError:
@@ -117,6 +133,30 @@ class Turn:
         elif isinstance(action, CallTools):
             for call in action.calls:
                 await self._call_tool(number, call.id, call.name, call.arguments)
+                if self._budget_refused():
+                    break
+
+    def _budget_refused(self) -> bool:
+        if self.budget is not None and self.budget.refused is not None:
+            self.progress.refused = self.budget.refused.message
+        return self.progress.refused is not None
+
+    async def _run_until_refused(self, step: CodeStep, timeout_s: float) -> None:
+        """Runs the code; a tool call the run's budget refuses interrupts it at once."""
+        if self.budget is None:
+            await self.code.run(step, timeout_s)
+            return
+        running = asyncio.create_task(self.code.run(step, timeout_s))
+        refused = asyncio.create_task(self.budget.exceeded.wait())
+        try:
+            await asyncio.wait({running, refused}, return_when=asyncio.FIRST_COMPLETED)
+            if not running.done():
+                await self.code.interrupt()
+                step.notes.append("the run's tool-call budget was exceeded; the code was stopped")
+            await running
+        finally:
+            refused.cancel()
+            running.cancel()
 
     async def _run_code(self, step: CodeStep) -> None:
         self.emit(*step.started())
@@ -124,9 +164,10 @@ class Turn:
         watcher = asyncio.create_task(self._watch(position, step.number))
         try:
             timeout = min(self.agent.sandbox.code_timeout_s, max(1.0, self.progress.remaining_s()))
-            await self.code.run(step, timeout)
+            await self._run_until_refused(step, timeout)
         finally:
             watcher.cancel()
+        self._budget_refused()
         self._report_calls(position, step.number)
         self.emit(*step.event())
         self.messages.append(

@@ -2,9 +2,15 @@
 
 ``submit`` records a run (one active run per session, enforced by the store) and starts it in
 the background; ``events`` replays a run's stored events and then follows it live; ``wait``
-returns a run once it is final. Sessions live in the store: after a gateway restart a session
-continues with its history and, while its sandbox survives, with the same sandbox (and the
-same Python process). Runs that were active when the gateway stopped are marked failed.
+returns a run once it is final; ``cancel`` stops an active run (here at once, or, when another
+process runs it, at that process's next look at the store: ``CANCEL_POLL_S``).
+
+Sessions live in the store. A session opened explicitly (``open_session``) keeps its sandbox
+between runs: after a gateway restart it continues with its history and, while its sandbox
+survives, with the same sandbox (and the same Python process), until ``end_session`` or the
+sandbox's timeout. A run submitted without a session gets an *ephemeral* one, whose sandbox is
+released (killed) as soon as each of its runs ends. Runs that were active when the gateway
+stopped are marked failed.
 
 Trust: callers are authenticated by the interface (API key → ``Principal``); a team sees only
 its own sessions and runs, exactly like its sandboxes. Model API keys come from the gateway's
@@ -46,12 +52,15 @@ from sandgate.errors import Conflict, NotFound, SandboxUnavailable, SandgateErro
 from sandgate.sandboxes import CreateRequest, SandboxService
 from sandgate.store import AgentRecords, AgentRun, AgentSession, Sandbox, Store
 from sandgate.tools import AGENT_METADATA_KEY
+from sandgate.tools.budgets import RunBudget
 
 __all__ = ["SESSION_METADATA_KEY", "AgentRunner"]
 
 log = structlog.get_logger("sandgate.agents")
 
 SESSION_METADATA_KEY = "sandgate.session"
+#: How often runs active in this process look for cancel requests made by other processes.
+CANCEL_POLL_S = 0.25
 
 
 @dataclass
@@ -87,11 +96,15 @@ class AgentRunner:
         self._cooldowns = Cooldowns()
         self._live: dict[str, _Live] = {}
         self._code: dict[str, SandboxCode] = {}
+        #: Runs being cancelled here, and by whom.
+        self._cancelling: dict[str, str] = {}
+        self._poller: asyncio.Task[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Fails runs left active by a previous process (their loop is gone)."""
+        """Fails runs left active by a previous process (their loop is gone), releasing the
+        sandboxes of their ephemeral sessions; starts watching for cancel requests."""
         for run in self._records.active_runs():
             if run.id in self._live:
                 continue
@@ -102,9 +115,19 @@ class AgentRunner:
                 error="the gateway stopped while this run was active; send the message again",
                 ended_at=datetime.now(UTC),
             )
+            session = self._records.session(run.session_id)
+            if session is not None and session.ephemeral and session.sandbox_id:
+                await self._release(session, session.sandbox_id)
+        if self._poller is None:
+            self._poller = asyncio.create_task(self._watch_cancels(), name="agent-run-cancels")
 
     async def stop(self) -> None:
         """Cancels active runs (recorded as failed) and closes provider clients."""
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+            self._poller = None
         for live in list(self._live.values()):
             if live.task is not None:
                 live.task.cancel()
@@ -138,10 +161,114 @@ class AgentRunner:
             raise NotFound(f"session '{session_id}' not found")
         return session
 
+    def list_runs(
+        self,
+        principal: Principal,
+        *,
+        agent_id: str | None = None,
+        states: list[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+    ) -> list[AgentRun]:
+        """The team's runs, newest first, filtered by agent, state and creation time."""
+        return list(
+            self._records.runs(
+                team_id=principal.team_id,
+                agent_id=agent_id,
+                states=states or (),
+                since=since,
+                until=until,
+                limit=limit,
+            )
+        )
+
     def trace(self, run_id: str) -> list[RunEvent]:
         return [RunEvent(e.seq, e.type, e.data) for e in self._records.events(run_id)]
 
+    # -- sessions -------------------------------------------------------------------------
+
+    def open_session(self, principal: Principal, agent_id: str) -> AgentSession:
+        """A session that keeps its sandbox (and Python state) between runs, until
+        ``end_session`` or the sandbox's timeout. Raises ``NotFound`` (agent)."""
+        agent = self.agent(agent_id)
+        return self._new_session(principal, agent, ephemeral=False)
+
+    async def end_session(self, principal: Principal, session_id: str) -> AgentSession:
+        """Releases the session's sandbox (its history stays; a later run starts a new
+        sandbox). Raises ``NotFound``, or ``Conflict`` while a run is active in it."""
+        session = self.session(principal, session_id)
+        if any(r.session_id == session_id for r in self._records.active_runs()):
+            raise Conflict(f"session {session_id} has a run in progress; cancel it first")
+        if session.sandbox_id:
+            await self._release(session, session.sandbox_id)
+        return self.session(principal, session_id)
+
+    def _new_session(
+        self, principal: Principal, agent: AgentConfig, *, ephemeral: bool
+    ) -> AgentSession:
+        now = datetime.now(UTC)
+        session = AgentSession(
+            id="ses_" + secrets.token_hex(8),
+            agent_id=agent.id,
+            team_id=principal.team_id,
+            api_key_id=principal.api_key_id,
+            sandbox_id=None,
+            messages=[],
+            created_at=now,
+            updated_at=now,
+            ephemeral=ephemeral,
+        )
+        self._records.add_session(session)
+        return session
+
     # -- runs -----------------------------------------------------------------------------
+
+    async def cancel(self, principal: Principal, run_id: str, *, by: str) -> AgentRun:
+        """Cancels an active run of the team: at once when it runs in this process (its code
+        is interrupted, an ephemeral session's sandbox released), otherwise as soon as the
+        process running it looks (``CANCEL_POLL_S``). Raises ``NotFound``, or ``Conflict``
+        when the run is already final."""
+        run = self.run(principal, run_id)
+        state = RunState(run.state)
+        if state not in (RunState.QUEUED, RunState.RUNNING):
+            raise Conflict(f"cannot cancel run {run_id}: it is {state.value}")
+        self._records.request_cancel(run_id, by=by, at=datetime.now(UTC))
+        live = self._live.get(run_id)
+        if live is not None and live.task is not None:
+            self._cancelling.setdefault(run_id, by)
+            live.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(live.task)
+            current = self._records.run(run_id)
+            if current is not None and current.state in (RunState.QUEUED, RunState.RUNNING):
+                # Cancelled before its task ever ran: nothing recorded the end yet.
+                self._records.update_run(
+                    run_id,
+                    state=RunState.CANCELLED.value,
+                    stop_reason="cancelled",
+                    error=f"cancelled by {by}",
+                    ended_at=datetime.now(UTC),
+                )
+                self._live.pop(run_id, None)
+        return self.run(principal, run_id)
+
+    async def _watch_cancels(self) -> None:
+        """Cancels runs of this process that another process (the CLI) asked to cancel."""
+        while True:
+            await asyncio.sleep(CANCEL_POLL_S)
+            if not self._live:
+                continue
+            try:
+                requested = self._records.cancel_requested(list(self._live))
+            except Exception:  # the store hiccuped; look again next time
+                log.exception("agent.cancel_poll_failed")
+                continue
+            for run in requested:
+                live = self._live.get(run.id)
+                if live is not None and live.task is not None and run.id not in self._cancelling:
+                    self._cancelling[run.id] = run.cancelled_by or "another process"
+                    live.task.cancel()
 
     async def submit(
         self,
@@ -157,17 +284,7 @@ class AgentRunner:
         agent = self.agent(agent_id)
         now = datetime.now(UTC)
         if session_id is None:
-            session = AgentSession(
-                id="ses_" + secrets.token_hex(8),
-                agent_id=agent.id,
-                team_id=principal.team_id,
-                api_key_id=principal.api_key_id,
-                sandbox_id=None,
-                messages=[],
-                created_at=now,
-                updated_at=now,
-            )
-            self._records.add_session(session)
+            session = self._new_session(principal, agent, ephemeral=True)
         else:
             session = self.session(principal, session_id)
             if session.agent_id != agent.id:
@@ -255,8 +372,14 @@ class AgentRunner:
         emit = self._emitter(run.id)
         progress = Progress(agent.budgets)
         messages = [Message.from_dict(m) for m in session.messages]
-        outcome = Outcome(RunState.FAILED, "cancelled", error="the run was cancelled")
+        outcome = Outcome(
+            RunState.FAILED,
+            "interrupted",
+            error="the gateway stopped while this run was active; send the message again",
+        )
         sandbox: Sandbox | None = None
+        budget: RunBudget | None = None
+        stopping = False
         try:
             self._records.update_run(run.id, state=RunState.RUNNING.value)
             emit(
@@ -264,6 +387,13 @@ class AgentRunner:
                 {"run": run.id, "session": session.id, "agent": agent.id, "message": run.message},
             )
             sandbox = await self._sandbox_for(session, agent, principal)
+            self._records.update_run(run.id, sandbox_id=sandbox.id)
+            budget = self._gateway.gateway.run_budgets.open(
+                sandbox.id,
+                run.id,
+                max_tool_calls=agent.budgets.max_tool_calls,
+                wall_clock_s=progress.remaining_s(),
+            )
             tools = self._gateway.tools_for(agent, sandbox)
             messages.append(Message("user", run.message))
             turn = Turn(
@@ -278,8 +408,19 @@ class AgentRunner:
                 checks=default_checks(),
                 progress=progress,
                 tools=tool_specs(tools) if agent.mode == "classic" else (),
+                budget=budget,
             )
             outcome = await run_loop(turn)
+        except asyncio.CancelledError:
+            by = self._cancelling.get(run.id)
+            if by is None:
+                stopping = True
+                raise  # the gateway is stopping: recorded as interrupted
+            outcome = Outcome(RunState.CANCELLED, "cancelled", error=f"cancelled by {by}")
+            if sandbox is not None:
+                code = self._code.get(f"{session.id}:{sandbox.id}")
+                if code is not None:
+                    await code.interrupt()
         except SandgateError as exc:
             outcome = Outcome(RunState.FAILED, exc.code, error=exc.message)
         except Exception as exc:  # our bug: recorded on the run, logged once, then raised
@@ -287,7 +428,13 @@ class AgentRunner:
             outcome = Outcome(RunState.FAILED, "internal", error=f"internal error: {exc!r}")
             raise
         finally:
+            if sandbox is not None and budget is not None:
+                self._gateway.gateway.run_budgets.close(sandbox.id, budget)
+            if session.ephemeral and sandbox is not None and not stopping:
+                # Before the final event: a client that saw the run end finds it released.
+                await self._release(session, sandbox.id)
             self._finish(run, session, outcome, progress, messages, sandbox, emit)
+            self._cancelling.pop(run.id, None)
 
     def _finish(
         self,
@@ -350,9 +497,16 @@ class AgentRunner:
             "usage": summary["usage"],
         }
         try:
-            self._gateway.gateway.audit.append(record)
+            pending = self._gateway.gateway.audit.submit(record)
         except SandgateError as exc:
             log.error("agent.audit_failed", run=run.id, error=exc.message)
+            return
+        pending.add_done_callback(
+            lambda done: (
+                done.exception() is None
+                or log.error("agent.audit_failed", run=run.id, error=str(done.exception()))
+            )
+        )
 
     def _emitter(self, run_id: str) -> Any:
         def emit(kind: str, data: dict[str, Any]) -> None:
@@ -394,6 +548,21 @@ class AgentRunner:
         self._records.update_session(session.id, sandbox_id=created.id)
         session.sandbox_id = created.id
         return created
+
+    async def _release(self, session: AgentSession, sandbox_id: str) -> None:
+        """Kills the session's sandbox (never raises: the run has already ended)."""
+        code = self._code.pop(f"{session.id}:{sandbox_id}", None)
+        owner = Principal(team_id=session.team_id, api_key_id=session.api_key_id or "")
+        try:
+            if code is not None:
+                await code.close()
+            await self._sandboxes.kill(owner, sandbox_id)
+        except SandgateError as exc:
+            log.info(
+                "agent.sandbox_release", session=session.id, sandbox=sandbox_id, error=exc.message
+            )
+        self._records.update_session(session.id, sandbox_id=None)
+        session.sandbox_id = None
 
     def _code_for(self, session_id: str, sandbox_id: str, agent: AgentConfig) -> SandboxCode:
         key = f"{session_id}:{sandbox_id}"

@@ -8,6 +8,7 @@ Events (``RunEvent.type``)::
 
     run.started        {run, session, agent, message}
     model.request      {step, model, messages}                        (trace only)
+    model.fallback     {step, from, to, reason}     (a fallback model took over)
     text.delta         {step, text, model, prompt_tokens, completion_tokens, attempts}
     code.started       {step, language, code}
     code.completed     {step, language, exit_code, stdout, stderr, duration_ms, ...}
@@ -15,7 +16,7 @@ Events (``RunEvent.type``)::
     tool.completed     {step, tool, action, outcome, rule, audit_seq, duration_ms}
     approval.required  {step, approval, tool, action, arguments}
     run.completed      {run, answer, stop_reason, usage}
-    run.failed         {run, state, stop_reason, error, usage}
+    run.failed         {run, state, stop_reason, error, usage}  (also stopped, cancelled)
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ __all__ = [
 PUBLIC_EVENTS = frozenset(
     {
         "run.started",
+        "model.fallback",
         "text.delta",
         "code.started",
         "code.completed",
@@ -61,11 +63,12 @@ class RunState(enum.StrEnum):
     COMPLETED = "completed"  #: final: the model gave an answer
     STOPPED = "stopped"  #: final: a budget or stop check ended it without an answer
     FAILED = "failed"  #: final: no model answered, the sandbox failed, or the gateway restarted
+    CANCELLED = "cancelled"  #: final: someone cancelled it (API or CLI)
 
 
 _TRANSITIONS = {
-    RunState.QUEUED: {RunState.RUNNING, RunState.FAILED},
-    RunState.RUNNING: {RunState.COMPLETED, RunState.STOPPED, RunState.FAILED},
+    RunState.QUEUED: {RunState.RUNNING, RunState.FAILED, RunState.CANCELLED},
+    RunState.RUNNING: {RunState.COMPLETED, RunState.STOPPED, RunState.FAILED, RunState.CANCELLED},
 }
 
 

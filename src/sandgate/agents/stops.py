@@ -1,5 +1,7 @@
 """Stop conditions, each a named check over the run's progress; the first that fires ends
-the run with its name as the stop reason."""
+the run with its name as the stop reason. ``budget_exceeded`` fires once the gateway refused a
+tool call for the run's budget (``budgets.max_tool_calls``, or the wall clock), which it
+checks at every call (``tools.budgets``)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ class Progress:
     steps: int = 0
     usage: Usage = field(default_factory=Usage)
     actions: list[str] = field(default_factory=list)
+    #: Set when the gateway refused a tool call for this run's budget (``tools.budgets``).
+    refused: str | None = None
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
@@ -62,12 +66,11 @@ def default_checks() -> list[StopCheck]:
             ),
         ),
         StopCheck(
-            "max_tool_calls",
-            lambda p: p.usage.tool_calls >= p.budgets.max_tool_calls,
-            lambda p: (
-                f"the run made {p.usage.tool_calls} tool calls; the budget is "
-                f"{p.budgets.max_tool_calls} (budgets.max_tool_calls)"
-            ),
+            # Tool-call budgets are enforced by the gateway when a call is made; the run stops
+            # at the first call it refused.
+            "budget_exceeded",
+            lambda p: p.refused is not None,
+            lambda p: f"budget_exceeded: {p.refused}",
         ),
         StopCheck(
             "repeated_action",

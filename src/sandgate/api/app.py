@@ -73,6 +73,9 @@ class Application:
         # Tool gateway (issue 5): its services, its lifecycle hook and its /v1 API.
         # (Agent runner, issue 7: the policy gets each agent's autonomy rules.)
         self.gateway = build_gateway(with_autonomy(config), store)
+        # Issue 14: the audit log's head is checked against its anchor before anything runs;
+        # a tampered log is reported (log, /health, doctor) and refuses every append.
+        self.gateway.audit.check_head()
         self.gateway_hook = ToolGatewayHook(
             self.gateway, store, list(config.agents), home / "tools" / "staging"
         )
@@ -166,7 +169,12 @@ class Application:
         async def health() -> dict[str, Any]:
             # ``status`` stays first and "ok" while the server answers (clients and SDK
             # helpers read only it); the rest says whether sandboxes can start here.
-            return {"status": "ok", **floor_health(self.floors, self.runtime.name)}
+            return {
+                "status": "ok",
+                **floor_health(self.floors, self.runtime.name),
+                "audit": self.gateway.audit.health.as_dict(),
+                "mcp": self.gateway.registry.mcp_health(),
+            }
 
         volume_content = build_volume_content_app(self.volumes)
         _install_error_handlers(volume_content)
@@ -184,7 +192,7 @@ class Application:
         )
 
     async def _audit_sandbox_event(self, record: dict[str, Any]) -> None:
-        await asyncio.to_thread(self.gateway.audit.append, record)
+        await self.gateway.audit.write(record)
 
     async def _audit_event(self, record: dict[str, Any]) -> None:
         """An API change (a secret, a volume): written before the call answers; a failure
@@ -193,6 +201,10 @@ class Application:
 
     @asynccontextmanager
     async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+        # The whole log is verified in the background: damage anywhere fails appends closed.
+        full_check = asyncio.create_task(
+            asyncio.to_thread(self.gateway.audit.check_head, full=True), name="audit-verify"
+        )
         await self.gateway.registry.load_mcp(self.gateway.secrets)
         self.templates.recover()
         await self.volumes.sweep()
@@ -206,6 +218,10 @@ class Application:
             await self.agents.stop()
             await self.templates.stop()
             await self.sandboxes.stop()
+            await self.gateway.registry.close()
+            await asyncio.to_thread(self.gateway.approvals.close)
+            await full_check
+            await asyncio.to_thread(self.gateway.audit.close)
             self.store.close()
 
 

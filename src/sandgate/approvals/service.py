@@ -13,6 +13,9 @@ cannot revive an expired request, and an approval id is decided at most once (GW
 waiting call notices an in-process decision at once and another process's within
 ``_POLL_S``. Trust: whoever can write this directory can approve; it is the gateway's home,
 never mounted into a sandbox.
+
+Every transition is announced to the configured webhook (``approvals.webhooks``: requested,
+decided, expired; signed), by whichever process made it, without waiting for delivery.
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import structlog
 
+from sandgate.approvals.webhooks import WebhookNotifier
 from sandgate.errors import Conflict, NotFound
 
 __all__ = ["Approval", "ApprovalService", "ApprovalState"]
@@ -40,7 +43,6 @@ __all__ = ["Approval", "ApprovalService", "ApprovalState"]
 log = structlog.get_logger("sandgate.approvals")
 
 _POLL_S = 0.1
-_WEBHOOK_TIMEOUT_S = 5.0
 
 
 class ApprovalState(enum.StrEnum):
@@ -71,10 +73,12 @@ class Approval:
 
 
 class ApprovalService:
-    def __init__(self, directory: Path, *, timeout_s: float, webhook_url: str = "") -> None:
+    def __init__(
+        self, directory: Path, *, timeout_s: float, notifier: WebhookNotifier | None = None
+    ) -> None:
         self._dir = directory
         self._timeout_s = timeout_s
-        self._webhook_url = webhook_url
+        self._notifier = notifier
         self._events: dict[str, asyncio.Event] = {}
 
     async def request(
@@ -89,7 +93,7 @@ class ApprovalService:
         timeout_s: float | None = None,
     ) -> Approval:
         """Records a pending approval that expires after ``timeout_s`` (default: the
-        service's) and notifies the webhook (failures are logged only)."""
+        service's) and announces it to the webhook (in the background)."""
         now = datetime.now(UTC)
         approval = Approval(
             id="apr_" + secrets.token_hex(8),
@@ -107,8 +111,7 @@ class ApprovalService:
         with self._locked():
             self._write(approval)
         log.info("approval.pending", approval=approval.id, tool=tool, sandbox=sandbox_id)
-        if self._webhook_url:
-            await self._notify(approval)
+        self._announce("approval.requested", approval)
         return approval
 
     async def wait(self, approval_id: str) -> Approval:
@@ -122,7 +125,12 @@ class ApprovalService:
                 if current.state is not ApprovalState.PENDING:
                     return current
                 if datetime.now(UTC) >= datetime.fromisoformat(current.expires_at):
-                    return self._transition(approval_id, ApprovalState.EXPIRED, "timeout")[0]
+                    expired, changed = self._transition(
+                        approval_id, ApprovalState.EXPIRED, "timeout"
+                    )
+                    if changed:
+                        self._announce("approval.expired", expired)
+                    return expired
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), _POLL_S)
         finally:
@@ -139,7 +147,13 @@ class ApprovalService:
         if event is not None:
             event.set()
         log.info("approval.decided", approval=approval_id, state=state.value, by=by)
+        self._announce("approval.decided", decided)
         return decided
+
+    def close(self) -> None:
+        """Finishes sending queued notifications (a CLI process calls this before exit)."""
+        if self._notifier is not None:
+            self._notifier.close()
 
     def get(self, approval_id: str) -> Approval:
         path = self._path(approval_id)
@@ -198,9 +212,10 @@ class ApprovalService:
         finally:
             os.close(fd)
 
-    async def _notify(self, approval: Approval) -> None:
+    def _announce(self, event: str, approval: Approval) -> None:
+        if self._notifier is None:
+            return
         try:
-            async with httpx.AsyncClient(timeout=_WEBHOOK_TIMEOUT_S) as client:
-                await client.post(self._webhook_url, json={"approval": approval.as_dict()})
-        except httpx.HTTPError as exc:
-            log.warning("approval.webhook_failed", approval=approval.id, error=repr(exc))
+            self._notifier.notify(event, approval.as_dict())
+        except RuntimeError:  # closed: this process is exiting
+            log.warning("approval.webhook_skipped", approval=approval.id, webhook_event=event)

@@ -1,183 +1,552 @@
-"""The audit log file and its index.
+"""The audit log file, its anchor and its one writer.
 
 Trust: the gateway process is trusted to write; everyone else, including operators with
-shell access, is only trusted to be *detected* (``verify``). The log lives under
-``$SANDGATE_HOME/audit/``, which is never mounted into a sandbox (the mount is the sandbox's
-own directory under ``sandboxes/``), so sandboxed code cannot see or touch it (GW-10).
+shell access, is only trusted to be *detected*. The log lives under ``$SANDGATE_HOME/audit/``,
+which is never mounted into a sandbox, so sandboxed code cannot see or touch it (GW-10).
 
-Writing: an ``flock`` serialises writers across processes (``serve`` and an in-process
-``sandgate run`` may share a home); each record is one ``write`` on an ``O_APPEND`` file, then
-``fsync`` (unless ``audit.fsync: false``; concurrent writers share one fsync, and each returns
-only once its own record is covered), then one index row. A write that fails raises
-``AuditUnavailable`` and the pipeline fails the call closed.
+Writing: records are handed to one writer thread per process (``submit``; ``await write`` on
+an event loop), never written by the caller, so no fsync ever runs on an event loop. The
+writer takes whatever is queued as one batch (group commit): under an ``flock`` (``serve``
+and an in-process ``sandgate run`` may share a home) it checks the file's head against its
+anchor, seals the records onto the chain, writes them in one ``write``, fsyncs once (unless
+``audit.fsync: false``), indexes them in the store in one transaction, and only then resolves
+each caller's future. A record is therefore durable when its caller hears back.
+
+The anchor: the store indexes every record's hash, so its last row is the log's head as this
+gateway wrote it (a signed checkpoint file, ``audit.checkpoint``, can hold a copy elsewhere).
+Before every batch (and at start) the file's last record must be that head. A file that ends
+earlier (truncated, rolled back), whose last record differs (rewritten, chain recomputed) or
+whose last line is not a record is *tampered*: the log's health turns ``tampered``, every
+append fails with ``audit_tampered`` naming the first bad record (found by a full
+verification), and tool calls, which check before they run, fail closed. The state lasts until
+the operator starts a new log with ``sandgate audit recover`` (or restarts after fixing it).
+A file *ahead* of the anchor whose extra records continue the anchored one is what a crash
+between the fsync and the index leaves: those records are indexed, not refused.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
+import enum
 import fcntl
+import hashlib
 import json
 import os
+import queue
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from sandgate.audit.chain import GENESIS, VerifyResult, canonical, seal, verify_lines
-from sandgate.errors import AuditUnavailable
-from sandgate.store import AuditEntry, Store
+import structlog
 
-__all__ = ["AuditLog"]
+from sandgate.audit._file import Head, file_lines, read_head, records_after
+from sandgate.audit.chain import GENESIS, VerifyResult, canonical, link_problem, seal
+from sandgate.audit.checkpoint import Checkpointer, read_checkpoints
+from sandgate.audit.verify import RECOVERED_EVENT, verify_log
+from sandgate.errors import AuditTampered, AuditUnavailable, Conflict, SandgateError
+from sandgate.store import Store
 
-_TAIL_CHUNK = 64 * 1024
+__all__ = ["AuditHealth", "AuditLog", "AuditState"]
+
+log = structlog.get_logger("sandgate.audit")
+
+
+class AuditState(enum.StrEnum):
+    OK = "ok"  #: the file's head is the anchored head; appends go on
+    TAMPERED = "tampered"  #: the file disagrees with its anchor; appends are refused
+
+
+@dataclass(frozen=True)
+class AuditHealth:
+    state: AuditState
+    problem: str | None = None
+    first_bad: int | None = None
+    since: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"state": self.state.value}
+        if self.state is AuditState.TAMPERED:
+            data.update(problem=self.problem, first_bad_record=self.first_bad, since=self.since)
+        return data
+
+
+@dataclass
+class _Pending:
+    record: dict[str, Any]
+    future: concurrent.futures.Future[dict[str, Any]]
+    waiting: bool = True
+
+    def settle(self, record: dict[str, Any] | None, error: BaseException | None = None) -> None:
+        """Hands the outcome to the caller, unless it stopped waiting (the record stays)."""
+        if not self.waiting:
+            return
+        if error is not None:
+            self.future.set_exception(error)
+        else:
+            self.future.set_result(record or {})
+
+
+class _StoreIndex:
+    """The store as ``audit.verify.Index``."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def head(self) -> tuple[int, str] | None:
+        return self._store.audit_head()
+
+    def hashes(self, first: int, last: int) -> dict[int, str]:
+        return self._store.audit_hashes(first, last)
 
 
 class AuditLog:
-    def __init__(self, directory: Path, store: Store | None, *, fsync: bool = True) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        store: Store | None,
+        *,
+        fsync: bool = True,
+        checkpoint: Checkpointer | None = None,
+    ) -> None:
         self.path = directory / "audit.jsonl"
         self._directory = directory
         self._store = store
         self._fsync = fsync
-        self._lock = threading.Lock()
-        self._known: tuple[int, int, str] | None = None  # (file size, seq, hash) we last wrote
-        # Group commit: a record is durable once an fsync that began after its write has
-        # finished. ``_written`` counts records written, ``_synced`` those made durable.
-        self._sync_lock = threading.Lock()
-        self._written = 0
-        self._synced = 0
+        self._checkpoint = checkpoint
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._thread_lock = threading.Lock()
+        self._health = AuditHealth(AuditState.OK)
+        self._tampered_inode: int | None = None
+        #: The file as this process last left it (after its own write or check).
+        self._last: Head | None = None
+        #: Records written and batches committed (one write + one fsync each), since start.
+        self.records_written = 0
+        self.batches = 0
+
+    # -- writing --------------------------------------------------------------------------
+
+    def submit(self, record: dict[str, Any]) -> concurrent.futures.Future[dict[str, Any]]:
+        """Queues ``record`` for the writer and returns at once; the future holds the sealed
+        record once it is durable and indexed, or ``AuditUnavailable``/``AuditTampered``.
+        Raises ``AuditTampered`` right away while the log is known to be tampered."""
+        self._refuse_if_tampered()
+        future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+        stamped = {"time": datetime.now(UTC).isoformat(), **record}
+        self._ensure_writer()
+        self._queue.put(_Pending(stamped, future))
+        return future
+
+    async def write(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Appends ``record`` and returns it sealed once it is durable; the event loop only
+        waits. Raises ``AuditUnavailable`` or ``AuditTampered``. Cancelling the wait does not
+        withdraw the record."""
+        return await asyncio.wrap_future(self.submit(record))
 
     def append(self, record: dict[str, Any]) -> dict[str, Any]:
-        """Seals, writes, fsyncs and indexes one record; returns it once it is durable.
-
-        Raises ``AuditUnavailable``. Concurrent callers share fsyncs (group commit): each
-        returns only after an fsync that covers its own record.
-        """
-        record = {"time": datetime.now(UTC).isoformat(), **record}
-        try:
-            with self._lock:
-                self._directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                    size = os.fstat(fd).st_size
-                    seq, prev = self._tail(size)
-                    sealed = seal(record, seq + 1, prev)
-                    line = (canonical(sealed) + "\n").encode()
-                    os.write(fd, line)
-                    self._known = (size + len(line), seq + 1, sealed["hash"])
-                    self._written += 1
-                    ticket = self._written
-                finally:
-                    os.close(fd)
-            if self._fsync:
-                self._sync(ticket)
-        except OSError as exc:
-            raise AuditUnavailable(
-                f"cannot write the audit log {self.path} ({exc.strerror}); tool calls are "
-                "refused until it is writable"
-            ) from None
-        self._index(sealed)
-        return sealed
-
-    def _sync(self, ticket: int) -> None:
-        """Returns once record number ``ticket`` (of this process) is on disk."""
-        with self._sync_lock:
-            if self._synced >= ticket:
-                return  # another caller's fsync, begun after our write, covered it
-            covered = self._written
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                # SECURITY: fsync flushes the file's data whichever descriptor asks, so every
-                # record written before this point becomes durable.
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            self._synced = covered
+        """``write`` for synchronous callers (CLI, tests); never call it on an event loop."""
+        return self.submit(record).result()
 
     def check_writable(self) -> None:
-        """Raises ``AuditUnavailable`` unless a record could be appended right now; the
+        """Raises unless a record could be appended right now: ``AuditTampered`` while the log
+        is tampered, ``AuditUnavailable`` when its directory or file cannot be opened. The
         pipeline calls this before executing a tool, so no tool runs unaudited."""
+        self._refuse_if_tampered()
         try:
             self._directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
         except OSError as exc:
-            raise AuditUnavailable(
-                f"cannot write the audit log {self.path} ({exc.strerror}); tool calls are "
-                "refused until it is writable"
-            ) from None
+            raise _unavailable(self.path, exc) from None
+
+    def close(self) -> None:
+        """Writes what is queued, then stops the writer thread (a later submit restarts it)."""
+        with self._thread_lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            thread.join()
+
+    # -- health ---------------------------------------------------------------------------
+
+    @property
+    def health(self) -> AuditHealth:
+        return self._health
+
+    def check_head(self, *, full: bool = False) -> AuditHealth:
+        """Checks the file's head against the anchor now (at start, by ``doctor``), and with
+        ``full`` the whole log; returns the health (tampered is also logged as an error)."""
+        try:
+            with self._locked() as fd:
+                self._verified_head(fd)
+                if self._checkpoint is not None:
+                    self._check_checkpoints(fd)
+        except AuditTampered:
+            return self._health
+        except AuditUnavailable as exc:
+            log.error("audit.unavailable", error=exc.message)
+            return self._health
+        if full:
+            result = self.verify()
+            if not result.ok:
+                with contextlib.suppress(AuditTampered):
+                    self._tampered(result.problem or "the log does not verify", result.first_bad)
+        return self._health
+
+    # -- reading --------------------------------------------------------------------------
 
     def records(self) -> Iterator[dict[str, Any]]:
         """Every record, oldest first (unverified: see ``verify``)."""
-        for line in self._lines():
+        for line in file_lines(self.path):
             yield json.loads(line)
 
     def verify(self) -> VerifyResult:
-        """Checks the chain, then that the store's index holds no record the file lacks."""
-        result = verify_lines(self._lines())
-        if not result.ok or self._store is None:
-            return result
-        last = self._store.last_audit_entry()
-        if last is not None and last.seq > result.checked:
-            return VerifyResult(
-                result.checked,
-                result.last_hash,
-                f"records {result.checked + 1}..{last.seq} are in the index but missing from "
-                "the end of the log (truncated)",
-                result.checked + 1,
-            )
-        if last is not None and last.seq == result.checked and last.hash != result.last_hash:
-            return VerifyResult(
-                result.checked,
-                result.last_hash,
-                f"record {last.seq} differs from its indexed hash (the log was rewritten)",
-                last.seq,
-            )
-        return result
+        """The whole log against the store's index and the signed checkpoints."""
+        checkpoints = (
+            read_checkpoints(self._checkpoint.path, self._checkpoint.key)
+            if self._checkpoint is not None
+            else []
+        )
+        index = _StoreIndex(self._store) if self._store is not None else None
+        name = str(self._checkpoint.path) if self._checkpoint is not None else ""
+        return verify_log(file_lines(self.path), index, checkpoints, name)
 
-    def _lines(self) -> Iterator[str]:
-        try:
-            with self.path.open(encoding="utf-8") as handle:
-                for line in handle:
-                    if line.strip():
-                        yield line.rstrip("\n")
-        except FileNotFoundError:
+    def recover(self, *, by: str) -> dict[str, Any]:
+        """Starts a new log after damage: the damaged file is kept beside it, renamed
+        ``audit.jsonl.damaged-<time>``, and the new file's first record (``audit.recovered``)
+        continues the store's anchored head, naming the damaged file, its SHA-256 and what was
+        wrong. Raises ``Conflict`` when the log verifies (nothing to recover)."""
+        with self._locked() as fd:
+            result = self.verify()
+            if result.ok:
+                raise Conflict(
+                    f"the audit log verifies ({result.checked} records): there is nothing to "
+                    "recover"
+                )
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+            damaged = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+            digest = hashlib.sha256()
+            for chunk in iter(lambda: os.read(fd, 1 << 20), b""):
+                digest.update(chunk)
+            anchor = (self._store.audit_head() if self._store is not None else None) or (
+                0,
+                GENESIS,
+            )
+            record = seal(
+                {
+                    "time": datetime.now(UTC).isoformat(),
+                    "event": RECOVERED_EVENT,
+                    "outcome": "recovered",
+                    "damaged_file": damaged.name,
+                    "damaged_sha256": digest.hexdigest(),
+                    "problem": result.problem,
+                    "first_bad_record": result.first_bad,
+                    "by": by,
+                },
+                anchor[0] + 1,
+                anchor[1],
+            )
+            fresh = self.path.with_name(f".{self.path.name}.{stamp}.tmp")
+            data = (canonical(record) + "\n").encode()
+            out = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                _write_all(out, data)
+                os.fsync(out)
+            finally:
+                os.close(out)
+            os.link(self.path, damaged)
+            os.replace(fresh, self.path)
+            _sync_directory(self._directory)
+            self._index([record])
+        self._last = None
+        self._health = AuditHealth(AuditState.OK)
+        self._tampered_inode = None
+        log.warning("audit.recovered", damaged=damaged.name, seq=record["seq"], by=by)
+        return record
+
+    # -- the writer -----------------------------------------------------------------------
+
+    def _ensure_writer(self) -> None:
+        with self._thread_lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="sandgate-audit-writer", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch, stop = [first], False
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                    break
+                batch.append(item)
+            self._write_batch(batch)
+            if stop:
+                return
+
+    def _write_batch(self, batch: list[_Pending]) -> None:
+        writable: list[_Pending] = []
+        for pending in batch:
+            # A caller that was cancelled no longer waits, but its record is still written.
+            pending.waiting = pending.future.set_running_or_notify_cancel()
+            try:
+                canonical(pending.record)
+            except (TypeError, ValueError) as exc:
+                pending.settle(None, AuditUnavailable(f"an audit record cannot be encoded ({exc})"))
+                continue
+            writable.append(pending)
+        if not writable:
             return
+        try:
+            sealed = self._commit([p.record for p in writable])
+        except SandgateError as exc:
+            for pending in writable:
+                pending.settle(None, exc)
+            return
+        except Exception as exc:  # a writer bug must not leave callers waiting forever
+            log.exception("audit.writer_failed")
+            error = AuditUnavailable(f"the audit writer failed ({type(exc).__name__})")
+            for pending in writable:
+                pending.settle(None, error)
+            return
+        for pending, record in zip(writable, sealed, strict=True):
+            pending.settle(record)
 
-    def _tail(self, size: int) -> tuple[int, str]:
-        """(seq, hash) of the last record in a file of ``size`` bytes."""
-        if self._known is not None and self._known[0] == size:
-            return self._known[1], self._known[2]
-        if size == 0:
-            return 0, GENESIS
-        with self.path.open("rb") as handle:
-            start = max(0, size - _TAIL_CHUNK)
-            handle.seek(start)
-            chunk = handle.read(size - start)
-            while chunk.count(b"\n") < 2 and start > 0:
-                start = max(0, start - _TAIL_CHUNK)
-                handle.seek(start)
-                chunk = handle.read(size - start)
-        last = chunk.rstrip(b"\n").rsplit(b"\n", 1)[-1]
-        record = json.loads(last)
-        return int(record["seq"]), str(record["hash"])
+    def _commit(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One batch: head check, seal, one write, one fsync, one index transaction."""
+        self._refuse_if_tampered()
+        with self._locked() as fd:
+            head = self._verified_head(fd)
+            seq, prev = head.seq, head.hash
+            sealed: list[dict[str, Any]] = []
+            data = bytearray()
+            for record in records:
+                seq += 1
+                done = seal(record, seq, prev)
+                prev = done["hash"]
+                sealed.append(done)
+                data += (canonical(done) + "\n").encode()
+            try:
+                _write_all(fd, bytes(data))
+                if self._fsync:
+                    os.fsync(fd)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, head.size)  # no half-written record stays behind
+                raise _unavailable(self.path, exc) from None
+            self._last = Head(head.inode, head.size + len(data), seq, prev)
+            self.records_written += len(sealed)
+            self.batches += 1
+            self._index(sealed)
+            if self._checkpoint is not None and self._checkpoint.due(seq):
+                try:
+                    self._checkpoint.write(seq, prev)
+                except OSError as exc:
+                    log.error("audit.checkpoint_failed", path=str(self._checkpoint.path), error=exc)
+        return sealed
 
-    def _index(self, record: dict[str, Any]) -> None:
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[int]:
+        try:
+            self._directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise _unavailable(self.path, exc) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _verified_head(self, fd: int) -> Head:
+        """The file's head, once it is known to be the anchored head (or to continue it);
+        raises ``AuditTampered``."""
+        _drop_partial_line(fd)
+        head = read_head(fd)
+        if self._last is not None and head == self._last:
+            return head  # exactly as this process left it: nobody else wrote since
+        anchor = self._anchor()
+        if head.seq < 0:
+            self._tampered("the last line of the log is not an audit record")
+        if anchor is None or (head.seq, head.hash) == anchor:
+            self._last = head
+            return head
+        if head.seq > anchor[0]:
+            self._index_gap(fd, head, anchor)
+            self._last = head
+            return head
+        self._tampered(
+            f"the log ends at record {head.seq} but the store anchors record {anchor[0]}"
+            if head.seq < anchor[0]
+            else f"record {head.seq} is not the record the store anchored"
+        )
+
+    def _anchor(self) -> tuple[int, str] | None:
+        if self._store is not None:
+            return self._store.audit_head() or (0, GENESIS)
+        if self._last is not None:
+            return self._last.seq, self._last.hash
+        return None
+
+    def _index_gap(self, fd: int, head: Head, anchor: tuple[int, str]) -> None:
+        """Indexes records a crash left unindexed, if they continue the anchored record."""
+        if anchor[0] == 0:
+            result = verify_log(file_lines(self.path), None)
+            if not result.ok:
+                self._tampered(result.problem or "the log does not verify", result.first_bad)
+            records = list(self.records())
+        else:
+            after = records_after(fd, anchor[0])
+            if after is None or after[0].get("hash") != anchor[1]:
+                self._tampered(f"record {anchor[0]} is not the record the store anchored")
+            records = after[1:]
+            prev = anchor[1]
+            for offset, record in enumerate(records, start=1):
+                if link_problem(record, anchor[0] + offset, prev, 0) is not None:
+                    self._tampered(f"record {anchor[0] + offset} does not continue the chain")
+                prev = str(record["hash"])
+        if records:
+            log.warning(
+                "audit.reindexed", first=records[0]["seq"], last=records[-1]["seq"], why="crash"
+            )
+            self._index(records)
+
+    def _check_checkpoints(self, fd: int) -> None:
+        assert self._checkpoint is not None  # the caller checked
+        points = read_checkpoints(self._checkpoint.path, self._checkpoint.key)
+        if not points:
+            return
+        if not all(p.valid for p in points):
+            self._tampered(f"{self._checkpoint.path} holds a checkpoint with a bad signature")
+        top = max(points, key=lambda p: p.seq)
+        head = read_head(fd)
+        if head.seq < top.seq:
+            self._tampered(
+                f"the log ends at record {head.seq} but the signed checkpoint of {top.time} "
+                f"covers record {top.seq}"
+            )
+        after = records_after(fd, top.seq)
+        if after is None or after[0].get("hash") != top.hash:
+            self._tampered(f"record {top.seq} is not the record the signed checkpoint holds")
+
+    def _tampered(self, what: str, first_bad: int | None = None) -> NoReturn:
+        """Marks the log tampered (diagnosing the first bad record) and raises."""
+        if first_bad is None:
+            result = self.verify()
+            if not result.ok:
+                what, first_bad = result.problem or what, result.first_bad
+        message = (
+            f"the audit log {self.path} was tampered with: {what}"
+            + (f" (first bad record: {first_bad})" if first_bad is not None else "")
+            + ". Nothing more is appended and tool calls are refused: inspect it with "
+            "`sandgate audit verify`, then start a new log with `sandgate audit recover`"
+        )
+        if self._health.state is not AuditState.TAMPERED:
+            log.error("audit.tampered", problem=what, first_bad_record=first_bad)
+        self._health = AuditHealth(
+            AuditState.TAMPERED, what, first_bad, datetime.now(UTC).isoformat()
+        )
+        with contextlib.suppress(OSError):
+            self._tampered_inode = os.stat(self.path).st_ino
+        raise AuditTampered(message)
+
+    def _refuse_if_tampered(self) -> None:
+        if self._health.state is not AuditState.TAMPERED:
+            return
+        try:
+            inode = os.stat(self.path).st_ino
+        except OSError:
+            inode = None
+        if inode is not None and inode != self._tampered_inode:
+            # A new file (``sandgate audit recover`` in another process): check it afresh.
+            self._health = AuditHealth(AuditState.OK)
+            self._last = None
+            return
+        raise AuditTampered(
+            f"the audit log {self.path} was tampered with: {self._health.problem}"
+            + (
+                f" (first bad record: {self._health.first_bad})"
+                if self._health.first_bad is not None
+                else ""
+            )
+            + ". Nothing more is appended and tool calls are refused: inspect it with "
+            "`sandgate audit verify`, then start a new log with `sandgate audit recover`"
+        )
+
+    def _index(self, records: list[dict[str, Any]]) -> None:
         if self._store is None:
             return
-        subject = record.get("subject") or {}
-        self._store.add_audit_entry(
-            AuditEntry(
-                seq=record["seq"],
-                time=datetime.fromisoformat(record["time"]),
-                event=record.get("event", "tool.call"),
-                sandbox_id=record.get("sandbox"),
-                team_id=subject.get("team"),
-                agent=subject.get("agent"),
-                tool=record.get("tool"),
-                action=record.get("action"),
-                outcome=record.get("outcome", ""),
-                rule_id=record.get("rule"),
-                duration_ms=record.get("duration_ms"),
-                hash=record["hash"],
-            )
-        )
+        try:
+            self._store.add_audit_entries([_entry(record) for record in records])
+        except Exception as exc:  # the file is the record of truth; the gap is indexed later
+            log.error("audit.index_failed", first=records[0]["seq"], error=repr(exc)[:300])
+
+
+def _entry(record: dict[str, Any]) -> dict[str, Any]:
+    """The index row (``AuditEntry`` columns) of a sealed record."""
+    subject = record.get("subject") or {}
+    return {
+        "seq": record["seq"],
+        "time": datetime.fromisoformat(record["time"]),
+        "event": str(record.get("event", "tool.call"))[:32],
+        "sandbox_id": record.get("sandbox"),
+        "team_id": subject.get("team") if isinstance(subject, dict) else None,
+        "agent": subject.get("agent") if isinstance(subject, dict) else None,
+        "tool": record.get("tool"),
+        "action": record.get("action"),
+        "outcome": str(record.get("outcome", "")),
+        "rule_id": record.get("rule"),
+        "duration_ms": record.get("duration_ms"),
+        "hash": record["hash"],
+    }
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _drop_partial_line(fd: int) -> None:
+    """A crash in the middle of a write can leave a last line without its newline (records
+    are written whole, newline included); such a fragment is removed, never kept."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = max(0, size - 1024 * 1024)
+    tail = os.pread(fd, size - start, start)
+    cut = tail.rfind(b"\n")
+    keep = start + cut + 1 if cut >= 0 else 0
+    if cut < 0 and start > 0:
+        return  # a megabyte without a newline is not a crash fragment; the head check says so
+    log.warning("audit.partial_record_removed", bytes=size - keep)
+    os.ftruncate(fd, keep)
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unavailable(path: Path, exc: OSError) -> AuditUnavailable:
+    return AuditUnavailable(
+        f"cannot write the audit log {path} ({exc.strerror}); tool calls are refused until it "
+        "is writable"
+    )

@@ -18,9 +18,11 @@ approvals_app = typer.Typer(help="List, approve and deny pending tool calls.", n
 
 
 def _service(cfg: Config) -> ApprovalService:
-    from sandgate.approvals import ApprovalService
+    """With the configured webhook: a decision made here is announced like the server's."""
+    from sandgate.approvals import build_approvals
+    from sandgate.secrets import SecretStore
 
-    return ApprovalService(cfg.home_dir / "approvals", timeout_s=cfg.approvals.timeout_s)
+    return build_approvals(cfg, SecretStore(cfg.secrets))
 
 
 @approvals_app.command("list")
@@ -49,7 +51,11 @@ def list_approvals(
 @friendly_errors
 def approve(approval_id: str, config: ConfigOption = None) -> None:
     """Lets a pending call run."""
-    decided = _service(load(config)).decide(approval_id, approve=True, by=_who())
+    service = _service(load(config))
+    try:
+        decided = service.decide(approval_id, approve=True, by=_who())
+    finally:
+        service.close()
     console.print(f"{decided.id} approved")
 
 
@@ -57,7 +63,11 @@ def approve(approval_id: str, config: ConfigOption = None) -> None:
 @friendly_errors
 def deny(approval_id: str, config: ConfigOption = None) -> None:
     """Refuses a pending call."""
-    decided = _service(load(config)).decide(approval_id, approve=False, by=_who())
+    service = _service(load(config))
+    try:
+        decided = service.decide(approval_id, approve=False, by=_who())
+    finally:
+        service.close()
     console.print(f"{decided.id} denied")
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,6 +15,9 @@ from sandgate.cli._common import (
     load,
     open_store,
 )
+
+if TYPE_CHECKING:
+    from sandgate.audit import AuditLog
 
 audit_app = typer.Typer(help="Read, query and verify the audit log.", no_args_is_help=True)
 
@@ -65,14 +68,70 @@ def query(
 
 @audit_app.command("verify")
 @friendly_errors
-def verify(config: ConfigOption = None) -> None:
-    """Checks the hash chain and the index; exits 1 naming the first bad record."""
-    from sandgate.audit import AuditLog
+def verify(
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Checks the hash chain, every record against the store's anchored copy and the signed
+    checkpoints; exits 1 naming the first bad record."""
+    log = _open(config)
+    result = log.verify()
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "ok": result.ok,
+                    "checked": result.checked,
+                    "problem": result.problem,
+                    "first_bad_record": result.first_bad,
+                    "line": result.bad_line,
+                    "notes": list(result.notes),
+                }
+            )
+        )
+    elif not result.ok:
+        where = f" (first bad record: {result.first_bad})" if result.first_bad else ""
+        err_console.print(f"[bold red]audit log damaged[/]: {result.problem}{where}")
+        err_console.print(
+            "Tool calls are refused while it is. Keep a copy for investigation, then start a "
+            "new log with `sandgate audit recover` (the damaged file is kept beside it)."
+        )
+    else:
+        console.print(f"audit log intact: {result.checked} records checked ({log.path})")
+    if not as_json:
+        for note in result.notes:
+            console.print(f"  note: {note}")
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+@audit_app.command("recover")
+@friendly_errors
+def recover(
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Confirm: start a new log after the damaged one.")
+    ] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Starts a new log after damage that `verify` reported: the damaged file is kept as
+    audit.jsonl.damaged-<time>, and the new log's first record names it, its SHA-256 and what
+    was wrong, and continues the store's anchored chain. Servers resume appending at once."""
+    import getpass
+
+    if not yes:
+        err_console.print("this keeps the damaged log aside and starts a new one: add --yes")
+        raise typer.Exit(2)
+    log = _open(config)
+    record = log.recover(by=f"cli:{getpass.getuser()}")
+    console.print(
+        f"new audit log started at record {record['seq']}; the damaged log is "
+        f"{log.path.parent / record['damaged_file']}"
+    )
+
+
+def _open(config: ConfigOption) -> AuditLog:
+    from sandgate.audit import build_audit
+    from sandgate.secrets import SecretStore
 
     cfg = load(config)
-    log = AuditLog(cfg.home_dir / "audit", open_store(cfg))
-    result = log.verify()
-    if not result.ok:
-        err_console.print(f"[bold red]audit log damaged[/]: {result.problem}")
-        raise typer.Exit(1)
-    console.print(f"audit log intact: {result.checked} records checked ({log.path})")
+    return build_audit(cfg, open_store(cfg), SecretStore(cfg.secrets))

@@ -8,14 +8,20 @@ continues it later, here or over the HTTP API.
 from __future__ import annotations
 
 import asyncio
-import secrets
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markdown import Markdown
 
-from sandgate.cli._common import ConfigOption, console, friendly_errors, load
+from sandgate.cli._common import (
+    DEFAULT_TEAM,
+    ConfigOption,
+    TeamOption,
+    console,
+    friendly_errors,
+    load,
+    local_principal,
+)
 from sandgate.cli._render import render_event
 
 if TYPE_CHECKING:
@@ -23,7 +29,6 @@ if TYPE_CHECKING:
     from sandgate.agents import AgentRunner
     from sandgate.api.app import Application
 
-_LOCAL_TEAM = "local"
 _QUIT = {"/exit", "/quit", "exit", "quit"}
 
 
@@ -31,6 +36,7 @@ _QUIT = {"/exit", "/quit", "exit", "quit"}
 def chat(
     agent: Annotated[str, typer.Option(help="The agent (from agents:) to talk to.")],
     session: Annotated[str | None, typer.Option(help="Continue this session.")] = None,
+    team: TeamOption = DEFAULT_TEAM,
     config: ConfigOption = None,
 ) -> None:
     """Chats with AGENT: each message is a run; code, tool calls and approvals are shown as
@@ -43,19 +49,17 @@ def chat(
     configure_logging("warning")  # the conversation owns the terminal
     application = create_app(cfg)
     ensure_shipped_templates(cfg, application.store, build=False)
-    asyncio.run(_chat(application, agent, session))
+    asyncio.run(_chat(application, agent, session, team))
 
 
-async def _chat(application: Application, agent_id: str, session_id: str | None) -> None:
-    from sandgate.access import Principal
-
+async def _chat(application: Application, agent_id: str, session_id: str | None, team: str) -> None:
     runner = application.agents
     await application.gateway.registry.load_mcp(application.gateway.secrets)
-    team = application.store.get_or_create_team(
-        _LOCAL_TEAM, "team_" + secrets.token_hex(8), datetime.now(UTC)
-    )
-    principal = Principal(team_id=team.id, api_key_id="cli")
+    principal = local_principal(application.store, team, "cli")
     agent = runner.agent(agent_id)
+    if session_id is None:
+        # A session of its own: the sandbox (and its Python variables) lasts the conversation.
+        session_id = runner.open_session(principal, agent_id).id
     console.print(
         f"[bold]{agent.name or agent.id}[/] ({agent.mode} mode, "
         f"{', '.join(f'{m.provider}/{m.model}' for m in agent.models)}). /exit to leave."
@@ -78,6 +82,9 @@ async def _chat(application: Application, agent_id: str, session_id: str | None)
             if row.sandbox_id:
                 await application.sandboxes.kill_any(row.sandbox_id)
         await runner.stop()
+        await application.gateway.registry.close()
+        await asyncio.to_thread(application.gateway.approvals.close)
+        await asyncio.to_thread(application.gateway.audit.close)  # every record written first
         application.store.close()
 
 

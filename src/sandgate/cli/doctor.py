@@ -111,7 +111,36 @@ def run_checks(config_path: Any = None) -> list[Check]:
         )
     )
     checks.extend(runtime_checks(cfg))
+    checks.append(audit_check(cfg))
     return checks
+
+
+def audit_check(cfg: Any) -> Check:
+    """The audit log verified whole: chain, anchored copies in the store, signed
+    checkpoints. Damage fails (tool calls are refused while it lasts) and names the first
+    bad record."""
+    from sandgate.audit import build_audit
+    from sandgate.cli._common import open_store
+    from sandgate.errors import SandgateError
+    from sandgate.secrets import SecretStore
+
+    try:
+        log = build_audit(cfg, open_store(cfg), SecretStore(cfg.secrets))
+        result = log.verify()
+    except SandgateError as exc:
+        return Check("audit log", "fail", exc.message, "see the message")
+    if result.ok:
+        detail = f"intact: {result.checked} records ({log.path})"
+        if result.notes:
+            detail += "; " + "; ".join(result.notes)
+        return Check("audit log", "ok", detail)
+    where = f" (first bad record: {result.first_bad})" if result.first_bad else ""
+    return Check(
+        "audit log",
+        "fail",
+        f"tampered: {result.problem}{where}; tool calls are refused",
+        "keep a copy for investigation, then `sandgate audit recover --yes`",
+    )
 
 
 def _identity_checks(info: dict[str, Any]) -> list[Check]:

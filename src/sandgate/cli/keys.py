@@ -21,6 +21,13 @@ def create(
     team: Annotated[str, typer.Option(help="Team the key belongs to (created if new).")] = (
         "default"
     ),
+    scope: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Limit the key to this scope (repeatable): approvals = list and decide the "
+            "team's approvals, nothing else (for an approver service). Default: a full key."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     config: ConfigOption = None,
 ) -> None:
@@ -28,11 +35,23 @@ def create(
     from sandgate.access import create_api_key
 
     store = open_store(load(config))
-    row, plaintext = create_api_key(store, team, name)
+    scopes = frozenset(scope) if scope else None
+    row, plaintext = create_api_key(store, team, name, scopes)
     if as_json:
-        print(json.dumps({"id": row.id, "key": plaintext, "team": row.team_id, "name": name}))
+        print(
+            json.dumps(
+                {
+                    "id": row.id,
+                    "key": plaintext,
+                    "team": row.team_id,
+                    "name": name,
+                    "scopes": sorted(scopes) if scopes else None,
+                }
+            )
+        )
         return
-    console.print(f"API key [bold]{row.id}[/] for team {team}:\n{plaintext}")
+    limited = f" limited to {', '.join(sorted(scopes))}" if scopes else ""
+    console.print(f"API key [bold]{row.id}[/] for team {team}{limited}:\n{plaintext}")
     console.print("Store it now: it cannot be shown again.")
 
 
@@ -54,17 +73,19 @@ def list_keys(
                         "name": row.name,
                         "team": row.team_id,
                         "prefix": row.prefix,
+                        "scopes": row.scopes.split(",") if row.scopes else None,
                         "revoked": row.revoked_at is not None,
                     }
                 )
             )
         return
-    table = Table("id", "name", "team", "prefix", "created", "revoked")
+    table = Table("id", "name", "team", "scopes", "prefix", "created", "revoked")
     for row in rows:
         table.add_row(
             row.id,
             row.name,
             row.team_id,
+            row.scopes or "all",
             row.prefix + "…",
             row.created_at.strftime("%Y-%m-%d %H:%M"),
             row.revoked_at.strftime("%Y-%m-%d %H:%M") if row.revoked_at else "",

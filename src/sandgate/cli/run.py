@@ -5,23 +5,28 @@ audit log and the store are shared safely)."""
 from __future__ import annotations
 
 import asyncio
-import secrets
 import sys
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sandgate.cli._common import ConfigOption, err_console, friendly_errors, load
+from sandgate.cli._common import (
+    DEFAULT_TEAM,
+    ConfigOption,
+    TeamOption,
+    err_console,
+    friendly_errors,
+    load,
+    local_principal,
+)
 from sandgate.errors import InvalidRequest, SandboxUnavailable
 
 if TYPE_CHECKING:
     from sandgate.api.app import Application
 
 _INTERPRETERS = {".py": ["python3", "-u"], ".js": ["node"], ".sh": ["bash"]}
-_LOCAL_TEAM = "local"
 
 
 @friendly_errors
@@ -30,10 +35,12 @@ def run(
     agent: Annotated[str, typer.Option(help="The agent (from agents:) the sandbox acts as.")],
     template: Annotated[str, typer.Option(help="Sandbox template.")] = "base",
     timeout: Annotated[int, typer.Option(help="Seconds the script may run.")] = 600,
+    team: TeamOption = DEFAULT_TEAM,
     config: ConfigOption = None,
 ) -> None:
     """Runs SCRIPT in a fresh sandbox as AGENT, streams its output, and prints a summary of the
-    tool calls it made. Exits with the script's exit code."""
+    tool calls it made. Exits with the script's exit code. The sandbox belongs to TEAM, so the
+    team's API keys can decide its approvals over HTTP too."""
     from sandgate.api.app import create_app
     from sandgate.cli._bootstrap import ensure_shipped_templates
 
@@ -45,7 +52,7 @@ def run(
     ensure_shipped_templates(cfg, application.store, build=False)
     source = script.read_bytes()
     code = asyncio.run(
-        _run(application, script.name, source, interpreter, agent, template, timeout)
+        _run(application, script.name, source, interpreter, agent, template, timeout, team)
     )
     raise typer.Exit(code)
 
@@ -58,16 +65,15 @@ async def _run(
     agent: str,
     template: str,
     limit_s: int,
+    team: str,
 ) -> int:
-    from sandgate.access import Principal
     from sandgate.guest.client import Ended, GuestError, Output
     from sandgate.sandboxes import CreateRequest
     from sandgate.tools import AGENT_METADATA_KEY
 
     store, sandboxes = application.store, application.sandboxes
     await application.gateway.registry.load_mcp(application.gateway.secrets)
-    team = store.get_or_create_team(_LOCAL_TEAM, "team_" + secrets.token_hex(8), datetime.now(UTC))
-    principal = Principal(team_id=team.id, api_key_id="cli")
+    principal = local_principal(store, team, "cli")
     sandbox = await sandboxes.create(
         principal,
         CreateRequest(
@@ -108,6 +114,9 @@ async def _run(
     finally:
         await sandboxes.kill_any(sandbox.id)
     _summary(application, sandbox.id)
+    await application.gateway.registry.close()
+    await asyncio.to_thread(application.gateway.approvals.close)
+    await asyncio.to_thread(application.gateway.audit.close)  # every record written first
     application.store.close()
     return exit_code
 

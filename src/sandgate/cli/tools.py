@@ -25,7 +25,14 @@ def list_tools(
     from sandgate.tools import ToolRegistry
 
     registry = ToolRegistry(cfg.tools, cfg.home_dir)
-    asyncio.run(registry.load_mcp(SecretStore(cfg.secrets)))
+
+    async def listed() -> None:
+        try:
+            await registry.load_mcp(SecretStore(cfg.secrets))
+        finally:
+            await registry.close()
+
+    asyncio.run(listed())
     for tool in registry.all():
         if as_json:
             print(json.dumps(tool.describe()))

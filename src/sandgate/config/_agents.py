@@ -46,7 +46,8 @@ class AgentBudgets(_Section):
     max_tokens: int = Field(200_000, ge=1)
     max_wall_clock_s: float = Field(600.0, gt=0)
     #: Tool calls made through the gateway during the run (code mode counts every call the
-    #: script makes).
+    #: script makes). Enforced when a call is made: the next one is refused with
+    #: ``budget_exceeded`` and the run stops with that reason.
     max_tool_calls: int = Field(500, ge=1)
 
 
@@ -72,8 +73,9 @@ class AgentConfig(_PolicyAgent):
     fallbacks: list[ModelChoice] = Field(default_factory=list)
     #: Added to the generated system prompt (tool API, skills, sandbox rules).
     system_prompt: str = ""
-    #: Tool name globs this agent is shown and offered; the policy still decides each call.
-    tools: list[str] = Field(default_factory=lambda: ["*"])
+    #: Tool name globs: the only tools this agent may call at all (stubs, gateway socket, MCP
+    #: endpoint, prompt); a hard limit no policy rule widens. The policy decides each call.
+    tools: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
     #: Names of skills (directories under ``skills.paths``) offered to this agent.
     skills: list[str] = Field(default_factory=list)
     temperature: float | None = Field(None, ge=0, le=2)

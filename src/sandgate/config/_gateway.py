@@ -28,6 +28,38 @@ class _Section(BaseModel):
 # -- tools --------------------------------------------------------------------------------
 
 
+class RetryConfig(_Section):
+    """Retries of a failed call (``tool_failed``, ``tool_timeout``) of an idempotent tool:
+    ``attempts`` in all, waiting ``backoff_s`` before the second, doubling up to
+    ``max_backoff_s``. Never for a tool marked ``idempotent: false``."""
+
+    attempts: int = Field(3, ge=2, le=10)
+    backoff_s: float = Field(0.5, ge=0, le=60)
+    max_backoff_s: float = Field(10.0, ge=0, le=600)
+
+
+class OutputConfig(_Section):
+    """What of a tool's result reaches the caller (after redaction, which always applies).
+
+    ``full``: the result. ``fields``: only these top-level keys of an object result (anything
+    else, and any non-object result, is dropped). ``none``: never the result, only whether the
+    call succeeded: the "never return secrets" mode for tools that use a secret and whose
+    output could carry it in a form redaction cannot recognise (reversed, encoded, a prefix).
+    In ``fields`` and ``none`` modes a failure's message is withheld too.
+    """
+
+    mode: Literal["full", "fields", "none"] = "full"
+    fields: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _fields_given(self) -> OutputConfig:
+        if self.mode == "fields" and not self.fields:
+            raise ValueError("mode fields needs the fields to keep (fields: [id, status])")
+        if self.mode != "fields" and self.fields:
+            raise ValueError("fields are only used with mode: fields")
+        return self
+
+
 class _ToolBase(_Section):
     name: str
     description: str = ""
@@ -43,6 +75,10 @@ class _ToolBase(_Section):
     secrets: list[str] = Field(default_factory=list)
     #: False marks a write: never retried by the gateway.
     idempotent: bool = True
+    #: Retry failed calls (idempotent tools only); None: one attempt.
+    retry: RetryConfig | None = None
+    #: What of the result the caller gets (``full``, ``fields``, ``none``).
+    output: OutputConfig = OutputConfig()
 
     @field_validator("name")
     @classmethod
@@ -50,6 +86,15 @@ class _ToolBase(_Section):
         if not TOOL_NAME.match(value):
             raise ValueError("must be a lowercase identifier: [a-z][a-z0-9_]*, at most 63 chars")
         return value
+
+    @model_validator(mode="after")
+    def _retries_only_when_idempotent(self) -> _ToolBase:
+        if self.retry is not None and not self.idempotent:
+            raise ValueError(
+                "retry needs an idempotent tool: a call marked idempotent: false is a write "
+                "and never runs twice (remove retry, or mark the tool idempotent: true)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _action_is_a_parameter(self) -> _ToolBase:
@@ -334,8 +379,11 @@ class PolicyConfig(_Section):
 class ApprovalsConfig(_Section):
     #: A call waiting longer than this is denied (never approved by default).
     timeout_s: float = Field(300.0, gt=0)
-    #: Notified (POST, JSON) of every new pending approval; empty for none.
+    #: Notified (POST, JSON) when an approval is requested, decided and expires; empty: none.
     webhook_url: str = ""
+    #: A secret (``secrets:``) whose value signs each notification (HMAC-SHA256 over
+    #: ``<timestamp>.<body>``); without it notifications go unsigned.
+    webhook_secret: str | None = None
 
 
 class SecretSource(_Section):
@@ -351,9 +399,22 @@ class SecretSource(_Section):
         return self
 
 
+class AuditCheckpoint(_Section):
+    """A signed copy of the log's head kept outside the home (``audit/checkpoint.py``)."""
+
+    #: A file on other storage than ``$SANDGATE_HOME`` (another volume, an append-only mount).
+    path: str = Field(min_length=1)
+    #: The secret (``secrets:``) whose value keys the HMAC; keep it out of the home too.
+    key_secret: str
+    every_records: int = Field(1000, ge=1)
+    every_s: float = Field(60.0, gt=0)
+
+
 class AuditConfig(_Section):
-    #: fsync after every record (the default) or leave flushing to the OS.
+    #: fsync every batch of records (the default) or leave flushing to the OS.
     fsync: bool = True
+    #: Optional external anchor: periodic signed checkpoints of the head.
+    checkpoint: AuditCheckpoint | None = None
 
 
 class AgentConfig(_Section):
@@ -363,8 +424,25 @@ class AgentConfig(_Section):
     teams: list[str] = Field(default_factory=list)
 
 
-def check_gateway_references(tools: list[Any], secrets: dict[str, SecretSource]) -> None:
-    """Cross-section checks: unique tool names, and secrets a tool names must be declared."""
+def check_gateway_references(
+    tools: list[Any],
+    secrets: dict[str, SecretSource],
+    audit: AuditConfig | None = None,
+    approvals: ApprovalsConfig | None = None,
+) -> None:
+    """Cross-section checks: unique tool names, and secrets a tool, the audit checkpoint or
+    the approval webhook names must be declared."""
+    webhook_secret = approvals.webhook_secret if approvals is not None else None
+    if webhook_secret is not None and webhook_secret not in secrets:
+        raise ValueError(
+            f"approvals.webhook_secret names '{webhook_secret}', which is not declared in secrets:"
+        )
+    checkpoint = audit.checkpoint if audit is not None else None
+    if checkpoint is not None and checkpoint.key_secret not in secrets:
+        raise ValueError(
+            f"audit.checkpoint.key_secret names '{checkpoint.key_secret}', which is not "
+            "declared in secrets:"
+        )
     names: set[str] = set()
     for tool in tools:
         if tool.name in names:

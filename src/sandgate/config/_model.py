@@ -261,7 +261,7 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _gateway_references(self) -> Config:
-        check_gateway_references(self.tools, self.secrets)
+        check_gateway_references(self.tools, self.secrets, self.audit, self.approvals)
         check_agent_references(self.agents, self.providers, set(self.secrets))
         unknown = sorted(set(self.egress.agents) - {agent.id for agent in self.agents})
         if unknown:

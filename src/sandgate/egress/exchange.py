@@ -24,7 +24,7 @@ WebSocket over plain HTTP keeps working after its ``Host`` was checked.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -142,7 +142,7 @@ async def exchange(
     default_port: int,
     target: str,
     secrets: SandboxSecrets | None,
-    audit_request: Callable[[Exchange], None],
+    audit_request: Callable[[Exchange], Awaitable[None]],
     idle_timeout_s: float,
     result: Exchange,
 ) -> None:
@@ -181,7 +181,7 @@ async def exchange(
         headers.append((b"Connection", b"close"))
     result.method, result.secrets = head.method, used
     result.path = target.split("?", 1)[0][:512]
-    audit_request(result)  # raises Refused when the record cannot be written
+    await audit_request(result)  # raises Refused when the record cannot be written
 
     outbound = h11.Connection(h11.CLIENT)
     try:

@@ -177,7 +177,7 @@ class EgressHook:
         )
         await server.start(host_dir / "egress.sock")
         self._sockets[sandbox.id] = server
-        self._audit.append(
+        await self._audit.write(
             {
                 "event": "egress.attach",
                 "sandbox": sandbox.id,

@@ -25,6 +25,7 @@ Wire: the sandbox side speaks plain HTTP/1.1 proxy requests (the guest's relay o
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import ssl
 import time
@@ -420,9 +421,9 @@ class EgressSocket(SandboxListener):
         up_reader, up_writer = upstream
         result = Exchange()
 
-        def audit_request(done: Exchange) -> None:
+        async def audit_request(done: Exchange) -> None:
             reason = "forwarded" if secrets is None else "intercepted"
-            self._record(
+            pending = self._record(
                 request,
                 "allowed",
                 "secret_substituted" if done.secrets else reason,
@@ -431,6 +432,7 @@ class EgressSocket(SandboxListener):
                 path=done.path,
                 secrets=done.secrets,
             )
+            await self._durable(pending)
 
         try:
             if before is not None:
@@ -546,7 +548,9 @@ class EgressSocket(SandboxListener):
                 last_error = f"{address}: {exc or 'timed out'}"
                 continue
             try:
-                self._record(request, "allowed", "allowed", rule=decision.rule, address=address)
+                await self._durable(
+                    self._record(request, "allowed", "allowed", rule=decision.rule, address=address)
+                )
             except Refused:
                 upstream[1].transport.abort()
                 raise
@@ -631,7 +635,10 @@ class EgressSocket(SandboxListener):
         address: IPAddress | None = None,
         event: str = "egress.connect",
         **extra: Any,
-    ) -> None:
+    ) -> concurrent.futures.Future[dict[str, Any]] | None:
+        """Hands the record to the audit writer without waiting (the loop never blocks on
+        the log); returns its future, which paths that let traffic through await before they
+        do. Raises ``Refused`` (503) while the log is known to be unwritable or tampered."""
         record: dict[str, Any] = {
             "event": event,
             "sandbox": self._sandbox,
@@ -646,12 +653,25 @@ class EgressSocket(SandboxListener):
             **extra,
         }
         try:
-            self._audit.append(record)
+            return self._audit.submit(record)
         except AuditUnavailable as exc:
             log.error("egress.audit_failed", sandbox=self._sandbox, error=exc.message)
             if outcome != "closed":
                 # SECURITY: fail closed: no tunnel opens unaudited.
                 raise Refused(503, "audit_unavailable", "audit_unavailable", exc.message) from None
+            return None
+
+    async def _durable(self, pending: concurrent.futures.Future[dict[str, Any]] | None) -> None:
+        """Waits until a record that lets traffic through is durable; raises ``Refused``
+        (503) when it could not be written, so nothing passes unaudited."""
+        if pending is None:
+            return
+        try:
+            await asyncio.wrap_future(pending)
+        except AuditUnavailable as exc:
+            log.error("egress.audit_failed", sandbox=self._sandbox, error=exc.message)
+            # SECURITY: fail closed: no tunnel opens and no request leaves unaudited.
+            raise Refused(503, "audit_unavailable", "audit_unavailable", exc.message) from None
 
     async def _refuse(self, writer: asyncio.StreamWriter, refused: Refused) -> None:
         with contextlib.suppress(ConnectionError):

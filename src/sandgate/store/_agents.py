@@ -66,12 +66,52 @@ class AgentRecords:
         with self._store.session() as s:
             s.execute(update(AgentRun).where(AgentRun.id == run_id).values(**values))
 
-    def runs(self, *, team_id: str | None = None, limit: int = 50) -> Sequence[AgentRun]:
-        """Newest first."""
+    def runs(
+        self,
+        *,
+        team_id: str | None = None,
+        agent_id: str | None = None,
+        states: Sequence[str] = (),
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+    ) -> Sequence[AgentRun]:
+        """Newest first; ``since`` inclusive, ``until`` exclusive (creation time)."""
         with self._store.session() as s:
-            query = select(AgentRun).order_by(AgentRun.created_at.desc()).limit(limit)
+            query = select(AgentRun).order_by(AgentRun.created_at.desc(), AgentRun.id.desc())
             if team_id is not None:
                 query = query.where(AgentRun.team_id == team_id)
+            if agent_id is not None:
+                query = query.where(AgentRun.agent_id == agent_id)
+            if states:
+                query = query.where(AgentRun.state.in_(states))
+            if since is not None:
+                query = query.where(AgentRun.created_at >= since)
+            if until is not None:
+                query = query.where(AgentRun.created_at < until)
+            return s.scalars(query.limit(limit)).all()
+
+    def request_cancel(self, run_id: str, *, by: str, at: datetime) -> bool:
+        """Marks an active run for cancellation (whichever process runs it stops it); False
+        when the run is not active."""
+        with self._store.session() as s:
+            changed = s.execute(
+                update(AgentRun)
+                .where(AgentRun.id == run_id, AgentRun.state.in_(ACTIVE_RUN_STATES))
+                .where(AgentRun.cancel_requested_at.is_(None))
+                .values(cancel_requested_at=at, cancelled_by=by)
+                .returning(AgentRun.id)
+            ).first()
+            return changed is not None
+
+    def cancel_requested(self, run_ids: Sequence[str]) -> Sequence[AgentRun]:
+        """Those of ``run_ids`` that someone asked to cancel."""
+        if not run_ids:
+            return []
+        with self._store.session() as s:
+            query = select(AgentRun).where(
+                AgentRun.id.in_(run_ids), AgentRun.cancel_requested_at.is_not(None)
+            )
             return s.scalars(query).all()
 
     def active_runs(self) -> Sequence[AgentRun]:

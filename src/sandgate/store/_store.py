@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy import Engine, create_engine, event, func, insert, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -224,6 +224,33 @@ class Store:
     def add_audit_entry(self, entry: AuditEntry) -> None:
         with self.session() as s:
             s.add(entry)
+
+    def add_audit_entries(self, entries: Sequence[dict[str, Any]]) -> None:
+        """Indexes a batch of records (``AuditEntry`` columns) in one transaction, all or
+        none; one multi-row INSERT, without the ORM's unit of work (the audit writer's hot
+        path)."""
+        if not entries:
+            return
+        with self.engine.begin() as connection:
+            connection.execute(insert(AuditEntry), list(entries))
+
+    def audit_head(self) -> tuple[int, str] | None:
+        """(seq, hash) of the last indexed audit record: the log's anchor in the store."""
+        with self.session() as s:
+            row = s.execute(
+                select(AuditEntry.seq, AuditEntry.hash).order_by(AuditEntry.seq.desc()).limit(1)
+            ).first()
+            return (int(row[0]), str(row[1])) if row is not None else None
+
+    def audit_hashes(self, first: int, last: int) -> dict[int, str]:
+        """The indexed hashes of audit records ``first``..``last``."""
+        with self.session() as s:
+            rows = s.execute(
+                select(AuditEntry.seq, AuditEntry.hash).where(
+                    AuditEntry.seq >= first, AuditEntry.seq <= last
+                )
+            )
+            return {int(seq): str(digest) for seq, digest in rows}
 
     def audit_entries(
         self,

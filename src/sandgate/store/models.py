@@ -51,6 +51,9 @@ class ApiKey(Base):
     created_at: Mapped[datetime]
     revoked_at: Mapped[datetime | None]
     last_used_at: Mapped[datetime | None]
+    #: None: the key may do everything its team may. Otherwise a comma-separated list of
+    #: scopes (``approvals``: list and decide the team's approvals, nothing else).
+    scopes: Mapped[str | None] = mapped_column(String(200), default=None)
 
 
 class Template(Base):
@@ -265,13 +268,18 @@ class AgentSession(Base):
     messages: Mapped[list[Any]] = mapped_column(JSON)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    #: Made for one run (no session id given): its sandbox is released when each run ends.
+    ephemeral: Mapped[bool] = mapped_column(default=False)
 
 
 class AgentRun(Base):
     """One message handled by an agent, from queued to a final state (``agents.RunState``)."""
 
     __tablename__ = "agent_runs"
-    __table_args__ = (Index("ix_agent_runs_session_state", "session_id", "state"),)
+    __table_args__ = (
+        Index("ix_agent_runs_session_state", "session_id", "state"),
+        Index("ix_agent_runs_team_created", "team_id", "created_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     session_id: Mapped[str] = mapped_column(String(64))
@@ -280,8 +288,8 @@ class AgentRun(Base):
     state: Mapped[str] = mapped_column(String(16))
     message: Mapped[str] = mapped_column(Text)
     answer: Mapped[str | None] = mapped_column(Text)
-    #: Why the run ended: final_answer, max_steps, max_tokens, wall_clock, max_tool_calls,
-    #: repeated_action, or an error code.
+    #: Why the run ended: final_answer, max_steps, max_tokens, wall_clock, budget_exceeded,
+    #: repeated_action, cancelled, or an error code.
     stop_reason: Mapped[str | None] = mapped_column(String(64))
     error: Mapped[str | None] = mapped_column(Text)
     steps: Mapped[int] = mapped_column(Integer, default=0)
@@ -291,6 +299,11 @@ class AgentRun(Base):
     tool_calls: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime]
     ended_at: Mapped[datetime | None]
+    #: The sandbox the run acted in (once it has one).
+    sandbox_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    #: Set by ``cancel`` (API or CLI, any process); the process running the run stops it.
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(default=None)
+    cancelled_by: Mapped[str | None] = mapped_column(String(200), default=None)
 
 
 class AgentRunEvent(Base):

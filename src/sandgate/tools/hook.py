@@ -78,7 +78,7 @@ class ToolGatewayHook:
         server = GatewaySocket(self._gateway, subject)
         await server.start(host_dir / "gateway.sock")
         self._sockets[sandbox.id] = server
-        self._gateway.audit.append(
+        await self._gateway.audit.write(
             {
                 "event": "sandbox.attach",
                 "sandbox": sandbox.id,
@@ -96,7 +96,7 @@ class ToolGatewayHook:
         await server.close()
         self._gateway.forget_sandbox(sandbox_id)
         try:
-            self._gateway.audit.append(
+            await self._gateway.audit.write(
                 {"event": "sandbox.detach", "sandbox": sandbox_id, "outcome": "detached"}
             )
         except Exception:  # detach must not raise (SandboxHook contract); logged instead

@@ -33,6 +33,7 @@ from sandgate.audit import AuditLog, canonical
 from sandgate.errors import (
     ApprovalDenied,
     AuditUnavailable,
+    BudgetExceeded,
     InvalidArguments,
     InvalidRequest,
     PolicyDenied,
@@ -40,19 +41,24 @@ from sandgate.errors import (
     SandgateError,
     ToolFailed,
     ToolTimeout,
+    error_for_code,
 )
 from sandgate.policy import DEFAULT_DENY, CallBudget, Decision, PolicyEngine, RateLimiter, Subject
 from sandgate.secrets import Redactor, SecretStore
+from sandgate.tools.budgets import RunBudgets
 from sandgate.tools.executors._output import TRUNCATION_MARKER
 from sandgate.tools.names import canonical_name
 from sandgate.tools.registry import ToolRegistry
+from sandgate.tools.scope import AGENT_TOOLS, AgentScope
 from sandgate.tools.tool import Tool, ToolContext
 from sandgate.tools.validation import validate_arguments
 
-__all__ = ["Call", "CallResult", "Gateway"]
+__all__ = ["RUN_BUDGET", "Call", "CallResult", "Gateway"]
 
 log = structlog.get_logger("sandgate.tools")
 
+#: The rule id audited when an agent run's budget refuses a call.
+RUN_BUDGET = "run-budget"
 #: Idempotency keys remembered per gateway (oldest forgotten first).
 _IDEMPOTENCY_CAPACITY = 10_000
 _KEY_LIMIT = 200
@@ -98,6 +104,7 @@ class Call:
     error: SandgateError | None = None
     replayed: bool = False
     owned_key: tuple[str, str, str] | None = None
+    attempts: int = 0
 
 
 Stage = Callable[[Call], Awaitable[None]]
@@ -116,8 +123,10 @@ class Gateway:
         audit: AuditLog,
         home: Path,
         budget_per_sandbox: int | None = None,
+        scope: AgentScope | None = None,
     ) -> None:
         self.registry = registry
+        self.scope = scope or AgentScope(())
         self.policy = policy
         self.approvals = approvals
         self.secrets = secrets
@@ -125,10 +134,13 @@ class Gateway:
         self._home = home
         self._limiter = RateLimiter()
         self._budget = CallBudget(budget_per_sandbox)
+        #: Budgets of the agent runs active in this process, by sandbox (``tools.budgets``).
+        self.run_budgets = RunBudgets()
         self._remembered: OrderedDict[
             tuple[str, str, str], tuple[str, asyncio.Future[CallResult]]
         ] = OrderedDict()
         self._decide_stages: tuple[Stage, ...] = (
+            self._spend_run_budget,
             self._validate,
             self._decide,
             self._replay,
@@ -137,6 +149,7 @@ class Gateway:
             self._execute,
         )
         self._finish_stages: tuple[Stage, ...] = (
+            self._filter_output,
             self._redact,
             self._truncate,
             self._remember,
@@ -170,8 +183,13 @@ class Gateway:
         return _result(call)
 
     def visible_tools(self, subject: Subject) -> list[Tool]:
-        """Tools some call of which the policy could allow for ``subject`` (for stubs)."""
-        return [t for t in self.registry.all() if self.policy.may_use(subject, t.name)]
+        """Tools in the subject's agent scope some call of which the policy could allow (for
+        stubs, the MCP listing and the agent's prompt)."""
+        return [
+            t
+            for t in self.registry.all()
+            if self.scope.allows(subject.agent, t.name) and self.policy.may_use(subject, t.name)
+        ]
 
     def dry_run(self, subject: Subject, name: Any, arguments: Any) -> dict[str, Any]:
         """What the policy would decide, without rate limits, budgets, execution or audit."""
@@ -191,6 +209,17 @@ class Gateway:
             del self._remembered[key]
 
     # -- deciding stages ------------------------------------------------------------------
+
+    async def _spend_run_budget(self, call: Call) -> None:
+        """An active agent run's budget is spent by every call, before anything else."""
+        budget = self.run_budgets.get(call.subject.sandbox_id)
+        if budget is None:
+            return
+        try:
+            budget.spend(str(call.requested)[:100])
+        except BudgetExceeded as exc:
+            call.decision = Decision("deny", RUN_BUDGET, detail=exc.message)
+            raise
 
     async def _validate(self, call: Call) -> None:
         self._resolve_and_validate(call)
@@ -214,7 +243,10 @@ class Gateway:
                     f"({limit.calls} calls per {limit.window_s:g}s per {limit.per}); retry later"
                 )
         if not self._budget.spend(call.subject.sandbox_id):
-            raise RateLimited(f"{_label(call)}: this sandbox has used its tool-call budget")
+            raise BudgetExceeded(
+                f"{_label(call)}: this sandbox has used its tool-call budget "
+                "(policy.budget_per_sandbox)"
+            )
 
     async def _replay(self, call: Call) -> None:
         """A repeated idempotency key returns the first call's result (GW-16)."""
@@ -239,7 +271,8 @@ class Gateway:
         first = await asyncio.shield(remembered[1])
         call.replayed = True
         if not first.ok:
-            raise _error_like(first)
+            # Exactly the first answer: its class (so its audit outcome), code and status.
+            raise error_for_code(first.code, first.message, first.status)
         call.result, call.truncated = first.result, first.truncated
 
     async def _approve(self, call: Call) -> None:
@@ -282,21 +315,38 @@ class Gateway:
             timeout_s=tool.timeout_s,
             output_limit=tool.output_limit,
         )
-        try:
-            # The executor enforces the timeout itself (killing what it started); this outer
-            # bound catches an executor that does not.
-            call.result = await asyncio.wait_for(
-                tool.executor.run(call.arguments, context), tool.timeout_s + 5
-            )
-        except TimeoutError:
-            raise ToolTimeout(f"{tool.name} did not finish within {tool.timeout_s:g}s") from None
-        except SandgateError:
-            raise
-        except Exception as exc:  # a broken executor must still leave an audited failure
-            log.exception("tool.executor_crashed", tool=tool.name)
-            raise ToolFailed(f"{tool.name} failed unexpectedly: {type(exc).__name__}") from exc
+        attempts = tool.retry.attempts if tool.retry is not None and tool.idempotent else 1
+        for attempt in range(1, attempts + 1):
+            call.attempts = attempt
+            try:
+                call.result = await _run_once(tool, call.arguments, context)
+                return
+            except ToolFailed as exc:
+                # SECURITY: only an idempotent tool is ever run twice (a write never is).
+                if attempt == attempts or tool.retry is None:
+                    raise
+                log.info("tool.retry", tool=tool.name, attempt=attempt, error=exc.code)
+                await asyncio.sleep(tool.retry.delay(attempt + 1))
 
     # -- finishing stages (always run) ----------------------------------------------------
+
+    async def _filter_output(self, call: Call) -> None:
+        """The tool's ``output`` mode: a secret a tool transforms (reversed, encoded, cut)
+        escapes redaction, so such tools return only chosen fields, or nothing."""
+        tool = call.tool
+        if tool is None or tool.output_mode == "full" or call.replayed:
+            return
+        if isinstance(call.error, ToolFailed):
+            call.error = call.error.reworded(
+                f"{tool.name} failed ({call.error.code}); its output is withheld "
+                f"(output.mode: {tool.output_mode})"
+            )
+        if tool.output_mode == "none":
+            call.result = None
+        elif isinstance(call.result, dict):
+            call.result = {k: call.result[k] for k in tool.output_fields if k in call.result}
+        else:
+            call.result = None
 
     async def _redact(self, call: Call) -> None:
         redactor = Redactor(self.secrets.all_values())
@@ -304,8 +354,7 @@ class Gateway:
             return
         call.result = redactor.redact(call.result)
         if call.error is not None:
-            error = type(call.error)(redactor.text(call.error.message))
-            call.error = error
+            call.error = call.error.reworded(redactor.text(call.error.message))
 
     async def _truncate(self, call: Call) -> None:
         if call.error is not None or call.tool is None or call.truncated:
@@ -347,15 +396,22 @@ class Gateway:
             record["approval"] = call.approval_id
         if call.replayed:
             record["replayed"] = True
-        await asyncio.to_thread(self.audit.append, record)
+        if call.attempts > 1:
+            record["attempts"] = call.attempts
+        await self.audit.write(record)
 
     # -- helpers --------------------------------------------------------------------------
 
     def _resolve_and_validate(self, call: Call) -> None:
         name = canonical_name(call.requested)
         tool = self.registry.get(name) if name is not None else None
-        if tool is None:
-            # Unknown and malformed names are denied exactly like disallowed ones (GW-01/02).
+        if tool is None or not self.scope.allows(call.subject.agent, tool.name):
+            # Unknown and malformed names, and tools outside the agent's ``tools``, are denied
+            # exactly like disallowed ones (GW-01/02); the audit names the scope.
+            if tool is not None:
+                call.decision = Decision(
+                    "deny", AGENT_TOOLS, detail=f"not one of agent {call.subject.agent}'s tools"
+                )
             raise PolicyDenied(
                 f"tool {str(call.requested)[:100]!r}: no policy rule allows this call "
                 "(default deny)"
@@ -398,7 +454,7 @@ def outcome_of(error: SandgateError | None) -> str:
     """The audit outcome: allowed, denied, invalid, timed_out or failed."""
     if error is None:
         return "allowed"
-    if isinstance(error, PolicyDenied | RateLimited):
+    if isinstance(error, PolicyDenied | RateLimited | BudgetExceeded):
         return "denied"
     if isinstance(error, InvalidRequest):
         return "invalid"
@@ -415,10 +471,19 @@ def _result(call: Call) -> CallResult:
     return CallResult(True, result=call.result, truncated=call.truncated)
 
 
-def _error_like(result: CallResult) -> SandgateError:
-    error = SandgateError(result.message)
-    error.code, error.status = result.code, result.status
-    return error
+async def _run_once(tool: Tool, arguments: dict[str, Any], context: ToolContext) -> Any:
+    """One attempt; raises ``ToolFailed``/``ToolTimeout`` (or another ``SandgateError``)."""
+    try:
+        # The executor enforces the timeout itself (killing what it started); this outer
+        # bound catches an executor that does not.
+        return await asyncio.wait_for(tool.executor.run(arguments, context), tool.timeout_s + 5)
+    except TimeoutError:
+        raise ToolTimeout(f"{tool.name} did not finish within {tool.timeout_s:g}s") from None
+    except SandgateError:
+        raise
+    except Exception as exc:  # a broken executor must still leave an audited failure
+        log.exception("tool.executor_crashed", tool=tool.name)
+        raise ToolFailed(f"{tool.name} failed unexpectedly: {type(exc).__name__}") from exc
 
 
 def _tool(call: Call) -> Tool:

@@ -1,17 +1,21 @@
 """The tools a gateway offers, built from the ``tools:`` section.
 
 ``exec``, ``http``, ``python`` and ``builtin`` tools are built synchronously; ``mcp`` servers
-are listed by ``load_mcp`` (async, at start-up). A server that cannot be listed contributes no
-tools and is logged: its tools are then simply unknown, so calls to them are denied (fail
-closed), and the rest of the gateway works.
+get their long-lived sessions from ``load_mcp`` (async, at start-up), which waits for each to
+list its tools. A server that is not up by then is logged and its tools are unknown (calls to
+them are denied: fail closed) until its session comes up, when they are added; the rest of
+the gateway works meanwhile. ``close`` ends the sessions.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import mcp_types
 import structlog
 
 from sandgate.config import BuiltinTool, ExecTool, HttpTool, McpTool, PythonTool, ToolConfig
@@ -19,15 +23,19 @@ from sandgate.errors import ConfigError, ToolFailed
 from sandgate.policy import ToolShape
 from sandgate.secrets import SecretStore
 from sandgate.tools.builtin import http_fetch, kv
+from sandgate.tools.executors._mcp_session import McpSession
 from sandgate.tools.executors.exec import ExecExecutor
 from sandgate.tools.executors.http import HttpExecutor
-from sandgate.tools.executors.mcp import McpExecutor, gateway_name, import_tools
+from sandgate.tools.executors.mcp import McpExecutor, gateway_name
 from sandgate.tools.executors.python import PythonExecutor, load_entry_point
-from sandgate.tools.tool import Executor, Tool
+from sandgate.tools.tool import Executor, RetryPolicy, Tool
 
 __all__ = ["ToolRegistry", "tool_shapes"]
 
 log = structlog.get_logger("sandgate.tools")
+
+#: How long start-up waits for an MCP server to come up and list its tools.
+_MCP_START_S = 60.0
 
 
 class ToolRegistry:
@@ -35,6 +43,7 @@ class ToolRegistry:
         self._configs = list(configs)
         self._home = home
         self._tools: dict[str, Tool] = {}
+        self._sessions: dict[str, McpSession] = {}
         for config in self._configs:
             if not isinstance(config, McpTool):
                 self._add(_tool(config, self._executor(config), config.parameters))
@@ -45,23 +54,59 @@ class ToolRegistry:
     def all(self) -> list[Tool]:
         return sorted(self._tools.values(), key=lambda t: t.name)
 
-    async def load_mcp(self, secrets: SecretStore) -> None:
-        """Imports the tools of every configured MCP server (once; errors are logged)."""
+    async def load_mcp(self, secrets: SecretStore, wait_s: float = _MCP_START_S) -> None:
+        """Starts a session for every configured MCP server and waits (up to ``wait_s``) for
+        each to list its tools; a server not up by then is logged. Idempotent."""
+        starting = []
         for config in self._configs:
-            if not isinstance(config, McpTool):
+            if not isinstance(config, McpTool) or config.name in self._sessions:
                 continue
             try:
-                listed = await import_tools(config, secrets.resolve(config.secrets))
+                env = {**config.env, **secrets.resolve(config.secrets)}
             except ToolFailed as exc:
                 log.error("tools.mcp_unavailable", server=config.name, error=exc.message)
                 continue
-            for remote in listed:
-                name = gateway_name(config.name, remote.name)
-                schema = dict(remote.input_schema or {"type": "object", "properties": {}})
-                description = remote.description or f"{remote.name} (MCP server {config.name})"
-                tool = _tool(config, McpExecutor(config, remote.name), schema, name, description)
-                self._add(tool)
-            log.info("tools.mcp_imported", server=config.name, tools=len(listed))
+            session = McpSession(
+                config,
+                env,
+                self._home / "tools" / "work" / f"mcp-{config.name}",
+                functools.partial(self._import, config),
+            )
+            self._sessions[config.name] = session
+            starting.append((config.name, session.start(wait_s)))
+        for name, up in zip(
+            [n for n, _ in starting],
+            await asyncio.gather(*(s for _, s in starting)),
+            strict=True,
+        ):
+            if not up:
+                health = self._sessions[name].health
+                log.error("tools.mcp_unavailable", server=name, error=health.last_error)
+
+    async def close(self) -> None:
+        """Ends every MCP session (stdio servers exit)."""
+        sessions, self._sessions = self._sessions, {}
+        await asyncio.gather(*(session.close() for session in sessions.values()))
+
+    def mcp_health(self) -> dict[str, dict[str, Any]]:
+        """Each MCP server's session: state (starting, up, restarting), restarts, last error."""
+        return {name: s.health.as_dict() for name, s in sorted(self._sessions.items())}
+
+    def _import(self, config: McpTool, listed: list[mcp_types.Tool]) -> None:
+        session = self._sessions.get(config.name)
+        if session is None:
+            return
+        added = 0
+        for remote in listed:
+            name = gateway_name(config.name, remote.name)
+            if name in self._tools:
+                continue
+            schema = dict(remote.input_schema or {"type": "object", "properties": {}})
+            description = remote.description or f"{remote.name} (MCP server {config.name})"
+            self._add(_tool(config, McpExecutor(session, remote.name), schema, name, description))
+            added += 1
+        if added:
+            log.info("tools.mcp_imported", server=config.name, tools=added)
 
     def _add(self, tool: Tool) -> None:
         if tool.name in self._tools:
@@ -126,6 +171,15 @@ def _tool(
         description = config.description or module.DESCRIPTION
         action = module.ACTION
         idempotent = module.IDEMPOTENT
+    retry = None
+    if config.retry is not None:
+        if not idempotent:
+            raise ConfigError(
+                f"tools: '{config.name}' is not idempotent (a write), so it cannot have retry"
+            )
+        retry = RetryPolicy(
+            config.retry.attempts, config.retry.backoff_s, config.retry.max_backoff_s
+        )
     return Tool(
         name=name or config.name,
         description=description if description is not None else config.description,
@@ -138,4 +192,7 @@ def _tool(
         risk=config.risk,
         secrets=tuple(config.secrets),
         idempotent=idempotent,
+        retry=retry,
+        output_mode=config.output.mode,
+        output_fields=tuple(config.output.fields),
     )

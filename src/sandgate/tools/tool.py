@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from sandgate.policy import Subject
 
-__all__ = ["Executor", "Tool", "ToolContext"]
+__all__ = ["Executor", "RetryPolicy", "Tool", "ToolContext"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,19 @@ class Executor(Protocol):
 
 
 @dataclass(frozen=True)
+class RetryPolicy:
+    """How often a failed call of an idempotent tool is tried again (``tools.retry``)."""
+
+    attempts: int
+    backoff_s: float
+    max_backoff_s: float
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before attempt ``attempt`` (2, 3, ...)."""
+        return float(min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 2)))
+
+
+@dataclass(frozen=True)
 class Tool:
     name: str
     description: str
@@ -48,6 +61,10 @@ class Tool:
     risk: str = "low"
     secrets: tuple[str, ...] = ()
     idempotent: bool = True
+    retry: RetryPolicy | None = None
+    #: ``full``, ``fields`` or ``none``: what of the result the caller gets.
+    output_mode: str = "full"
+    output_fields: tuple[str, ...] = ()
 
     @property
     def actions(self) -> list[str]:
@@ -70,4 +87,6 @@ class Tool:
             "timeout_s": self.timeout_s,
             "output_limit": self.output_limit,
             "idempotent": self.idempotent,
+            "retry_attempts": self.retry.attempts if self.retry else 1,
+            "output": self.output_mode,
         }

@@ -91,7 +91,12 @@ def test_session_keeps_python_state_and_allows_one_run_at_a_time(agents_env: Age
     agents_env.models.script(
         "stateful-model", Reply(respond=slow), text("set"), code("print(x + 1)"), text("done")
     )
-    first = agents_env.start("stateful", "Set x.")
+    # An explicit session keeps its sandbox (and Python process) between runs.
+    opened = httpx.post(
+        f"{agents_env.server.url}/v1/agents/stateful/sessions", headers=agents_env.headers()
+    )
+    assert opened.status_code == 201 and opened.json()["ephemeral"] is False
+    first = agents_env.start("stateful", "Set x.", opened.json()["id"])
     busy = httpx.post(
         f"{agents_env.server.url}/v1/agents/stateful/runs",
         json={"message": "Again", "session_id": first["session_id"]},

@@ -1,6 +1,8 @@
 """A real MCP server (official SDK) for the gateway tests: ``stdio`` or ``http PORT``."""
 
+import os
 import sys
+import time
 
 from mcp.server.mcpserver import MCPServer
 
@@ -17,6 +19,25 @@ def add(a: int, b: int) -> int:
 def shout(text: str) -> str:
     """Upper-cases a text."""
     return text.upper()
+
+
+@server.tool()
+def pid() -> int:
+    """This server process's id (one long-lived session: the same on every call)."""
+    return os.getpid()
+
+
+@server.tool()
+def slow(seconds: float) -> float:
+    """Answers after ``seconds``."""
+    time.sleep(seconds)
+    return seconds
+
+
+@server.tool()
+def crash() -> int:
+    """Ends the server process at once, as a crash would."""
+    os._exit(1)
 
 
 if __name__ == "__main__":

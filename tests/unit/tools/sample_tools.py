@@ -12,3 +12,15 @@ def echo(arguments: dict[str, Any], context: Any) -> dict[str, Any]:
 
 async def boom(arguments: dict[str, Any], context: Any) -> None:
     raise RuntimeError(f"failed with {context.secrets.get('TOKEN')}")
+
+
+ATTEMPTS: dict[str, int] = {}
+
+
+def flaky(arguments: dict[str, Any], context: Any) -> int:
+    """Fails until its third call for ``arguments["key"]``."""
+    key = str(arguments.get("key"))
+    ATTEMPTS[key] = ATTEMPTS.get(key, 0) + 1
+    if ATTEMPTS[key] < 3:
+        raise RuntimeError(f"attempt {ATTEMPTS[key]} failed")
+    return ATTEMPTS[key]

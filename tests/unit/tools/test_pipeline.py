@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from sandgate.config import load_config
+from sandgate.errors import ConfigError
 from sandgate.policy import Subject
 from sandgate.store import Store
 from sandgate.tools import Gateway, build_gateway
@@ -32,6 +33,14 @@ tools:
     kind: python
     entry: "tests.unit.tools.sample_tools:echo"
     risk: high
+  - name: flaky
+    kind: python
+    entry: "tests.unit.tools.sample_tools:flaky"
+    retry: {attempts: 3, backoff_s: 0}
+  - name: flaky_write
+    kind: python
+    entry: "tests.unit.tools.sample_tools:flaky"
+    idempotent: false
 policy:
   rules:
     - id: limited
@@ -41,7 +50,7 @@ policy:
       rate_limit: {calls: 2, window_s: 3600}
     - id: allow-all
       effect: allow
-      tool: [echo, boom, danger]
+      tool: [echo, boom, danger, flaky, flaky_write]
 approvals:
   timeout_s: 0.2
 """
@@ -116,6 +125,35 @@ def test_GW_16_idempotency_key_returns_first_result(gateway: Gateway) -> None:
     assert call(gateway, "echo", {"n": 2}, key="k1")["error"]["code"] == "invalid_arguments"
 
 
+def test_point_6_a_replayed_failure_keeps_its_code_and_status(gateway: Gateway) -> None:
+    """With secrets configured the redactor rewrites every error: a replay used to come back
+    as internal/500 instead of the tool_failed/502 the first call got."""
+    first = call(gateway, "boom", {}, key="same")
+    second = call(gateway, "boom", {}, key="same")
+    assert first == second
+    assert (first["error"]["code"], first["error"]["status"]) == ("tool_failed", 502)
+    replayed = list(gateway.audit.records())[-1]
+    assert replayed["replayed"] is True and replayed["outcome"] == "failed"
+    assert replayed["error"]["code"] == "tool_failed"
+
+
+def test_point_6_retries_only_idempotent_tools(gateway: Gateway) -> None:
+    sample_tools.ATTEMPTS.clear()
+    assert call(gateway, "flaky", {"key": "a"}) == {"ok": True, "result": 3, "truncated": False}
+    assert list(gateway.audit.records())[-1]["attempts"] == 3
+    write = call(gateway, "flaky_write", {"key": "b"})
+    assert write["error"]["code"] == "tool_failed" and sample_tools.ATTEMPTS["b"] == 1
+
+
+def test_point_6_retry_on_a_write_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "tools:\n  - {name: w, kind: python, entry: 'm:f', idempotent: false, retry: {}}\n"
+    )
+    with pytest.raises(ConfigError, match="retry needs an idempotent tool"):
+        load_config(path, environ={"SANDGATE_HOME": str(tmp_path)})
+
+
 def test_high_risk_allow_still_asks_and_times_out_denied(gateway: Gateway) -> None:
     reply = call(gateway, "danger", {})
     assert reply["error"]["code"] == "approval_denied" and "expired" in reply["error"]["message"]
@@ -171,3 +209,42 @@ def test_policy_deny_after_allow_wins_in_the_pipeline_and_is_audited(tmp_path: P
     assert len(sample_tools.CALLS) == before + 1
     assert gateway.dry_run(SUBJECT, "hidden", {})["rule"] == "no-hidden"
     assert [t.name for t in gateway.visible_tools(SUBJECT)] == ["echo"]
+
+
+SCOPED = """
+agents:
+  - {id: narrow, tools: [echo]}
+tools:
+  - name: echo
+    kind: python
+    entry: "tests.unit.tools.sample_tools:echo"
+  - name: other
+    kind: python
+    entry: "tests.unit.tools.sample_tools:echo"
+policy:
+  rules:
+    - {id: allow-all, effect: allow, tool: "*"}
+"""
+
+
+def test_point_3_an_agents_tools_are_a_hard_limit(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(SCOPED)
+    config = load_config(path, environ={"SANDGATE_HOME": str(tmp_path)})
+    gateway = build_gateway(config, Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    narrow = Subject(sandbox_id="sb-n", team_id="team", agent="narrow")
+    anyone = Subject(sandbox_id="sb-a", team_id="team")
+    assert [t.name for t in gateway.visible_tools(narrow)] == ["echo"]
+    assert [t.name for t in gateway.visible_tools(anyone)] == ["echo", "other"]
+    before = len(sample_tools.CALLS)
+    refused = call(gateway, "other", {}, narrow)
+    assert refused["error"]["code"] == "policy_denied"
+    assert (
+        refused["error"]["message"]
+        == "tool 'other': no policy rule allows this call (default deny)"
+    )
+    assert call(gateway, "echo", {}, narrow)["ok"] and call(gateway, "other", {}, anyone)["ok"]
+    assert len(sample_tools.CALLS) == before + 2
+    rules = [(r["tool"], r["rule"]) for r in gateway.audit.records()]
+    assert rules == [("other", "agent-tools"), ("echo", "allow-all"), ("other", "allow-all")]
+    assert gateway.dry_run(narrow, "other", {})["rule"] == "agent-tools"

@@ -61,13 +61,23 @@ class ModelRouter:
         self._cooldowns = cooldowns
 
     async def complete(
-        self, models: list[ModelChoice], request: ModelRequest, attempts: list[Attempt]
+        self,
+        models: list[ModelChoice],
+        request: ModelRequest,
+        attempts: list[Attempt],
+        on_fallback: Callable[[ModelChoice, ModelChoice, str], None] | None = None,
     ) -> tuple[ModelChoice, ModelReply]:
         """The first successful reply and the model that gave it; every try is appended to
-        ``attempts``. Raises ``ModelUnavailable`` when no model answered."""
+        ``attempts``. ``on_fallback(from, to, reason)`` is told, as it happens, each time a
+        model is given up and the next one is tried. Raises ``ModelUnavailable`` when no model
+        answered."""
         problems: list[str] = []
+        previous: ModelChoice | None = None
         for choice in models:
             key = (choice.provider, choice.model)
+            if previous is not None and on_fallback is not None:
+                on_fallback(previous, choice, problems[-1] if problems else "")
+            previous = choice
             left = self._cooldowns.cooling(key)
             if left > 0:
                 problems.append(f"{choice.provider}/{choice.model}: cooling down ({left:.0f}s)")

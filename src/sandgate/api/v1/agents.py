@@ -1,4 +1,5 @@
-"""``/v1`` routes of the agent runner: agents, runs, and a run's events as Server-Sent Events.
+"""``/v1`` routes of the agent runner: agents, sessions, runs (list, start, cancel) and a run's
+events as Server-Sent Events.
 
 Authenticated with the same API keys as the E2B control plane (``X-API-Key``); a team sees
 only its own sessions and runs. The SSE stream replays a run's stored events first, so a
@@ -9,16 +10,18 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandgate.agents import PUBLIC_EVENTS, AgentRunner, RunEvent
+from sandgate.agents import PUBLIC_EVENTS, AgentRunner, RunEvent, RunState
 from sandgate.api.auth import Caller
-from sandgate.api.strict import QueryBool, decimal
-from sandgate.store import AgentRun, Store
+from sandgate.api.strict import QueryBool, QueryInt, decimal
+from sandgate.errors import InvalidRequest
+from sandgate.store import AgentRun, AgentSession, Store
 
 __all__ = ["build_agents_router", "run_json"]
 
@@ -56,6 +59,34 @@ def build_agents_router(runner: AgentRunner, store: Store) -> APIRouter:
         run = await runner.submit(caller, agent_id, body.message, body.session_id)
         return run_json(run)
 
+    @router.post("/agents/{agent_id}/sessions", status_code=201)
+    def open_session(caller: Caller, agent_id: str) -> dict[str, Any]:
+        return session_json(runner.open_session(caller, agent_id))
+
+    @router.get("/runs")
+    def list_runs(
+        caller: Caller,
+        agent: str | None = None,
+        status: Annotated[list[str] | None, Query()] = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: Annotated[QueryInt, Query(ge=1, le=1000)] = 50,
+    ) -> dict[str, Any]:
+        states = [parse_run_state(value) for item in status or [] for value in item.split(",")]
+        runs = runner.list_runs(
+            caller,
+            agent_id=agent,
+            states=states,
+            since=parse_time("since", since),
+            until=parse_time("until", until),
+            limit=limit,
+        )
+        return {"runs": [run_json(run) for run in runs]}
+
+    @router.post("/runs/{run_id}/cancel")
+    async def cancel_run(caller: Caller, run_id: str) -> dict[str, Any]:
+        return run_json(await runner.cancel(caller, run_id, by=f"api:{caller.api_key_id}"))
+
     @router.get("/runs/{run_id}")
     def get_run(caller: Caller, run_id: str, trace: QueryBool = False) -> dict[str, Any]:
         data = run_json(runner.run(caller, run_id))
@@ -79,17 +110,46 @@ def build_agents_router(runner: AgentRunner, store: Store) -> APIRouter:
 
     @router.get("/sessions/{session_id}")
     def get_session(caller: Caller, session_id: str) -> dict[str, Any]:
-        session = runner.session(caller, session_id)
-        return {
-            "id": session.id,
-            "agent": session.agent_id,
-            "sandbox": session.sandbox_id,
-            "messages": len(session.messages),
-            "created_at": session.created_at.isoformat(),
-            "updated_at": session.updated_at.isoformat(),
-        }
+        return session_json(runner.session(caller, session_id))
+
+    @router.delete("/sessions/{session_id}")
+    async def end_session(caller: Caller, session_id: str) -> dict[str, Any]:
+        return session_json(await runner.end_session(caller, session_id))
 
     return router
+
+
+def parse_run_state(value: str) -> str:
+    try:
+        return RunState(value.strip()).value
+    except ValueError:
+        names = ", ".join(state.value for state in RunState)
+        raise InvalidRequest(f"status '{value[:40]}' is not a run state ({names})") from None
+
+
+def parse_time(name: str, value: str | None) -> datetime | None:
+    """An ISO 8601 time (``2026-12-01T10:00:00Z``; without a zone, UTC)."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidRequest(
+            f"{name} must be an ISO 8601 time such as 2026-12-01T10:00:00Z"
+        ) from None
+    return (parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def session_json(session: AgentSession) -> dict[str, Any]:
+    return {
+        "id": session.id,
+        "agent": session.agent_id,
+        "sandbox": session.sandbox_id,
+        "ephemeral": session.ephemeral,
+        "messages": len(session.messages),
+        "created_at": session.created_at.isoformat(),
+        "updated_at": session.updated_at.isoformat(),
+    }
 
 
 def _event_id(header: str | None) -> int:
@@ -118,8 +178,13 @@ def run_json(run: AgentRun) -> dict[str, Any]:
             "completion_tokens": run.completion_tokens,
             "tool_calls": run.tool_calls,
         },
+        "sandbox_id": run.sandbox_id,
         "created_at": run.created_at.isoformat(),
         "ended_at": run.ended_at.isoformat() if run.ended_at else None,
+        "cancel_requested_at": (
+            run.cancel_requested_at.isoformat() if run.cancel_requested_at else None
+        ),
+        "cancelled_by": run.cancelled_by,
     }
 
 

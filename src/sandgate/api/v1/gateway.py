@@ -1,7 +1,9 @@
 """``/v1`` routes of the tool gateway: tools, policy (show, dry-run), approvals, audit.
 
 Authenticated with the same API keys as the E2B control plane (``X-API-Key``); a team sees
-and decides only approvals of its own sandboxes and reads only its own audit entries.
+and decides only approvals of its own sandboxes (and of ``sandgate run``/``chat`` runs made
+as the team) and reads only its own audit entries. The approvals routes also accept a key
+scoped to ``approvals`` (an approver service's); every other route refuses it (403).
 """
 
 from typing import Annotated, Any, Literal
@@ -10,7 +12,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandgate.access import Principal
-from sandgate.api.auth import Caller
+from sandgate.api.auth import ApproverCaller, Caller
 from sandgate.api.strict import QueryInt
 from sandgate.approvals import ApprovalState
 from sandgate.errors import NotFound
@@ -68,7 +70,7 @@ def build_v1_router(gateway: Gateway, store: Store) -> APIRouter:
 
     @router.get("/approvals")
     def list_approvals(
-        caller: Caller,
+        caller: ApproverCaller,
         state: Annotated[StateName | None, Query()] = None,
     ) -> dict[str, Any]:
         wanted = ApprovalState(state) if state else None
@@ -80,14 +82,19 @@ def build_v1_router(gateway: Gateway, store: Store) -> APIRouter:
             ]
         }
 
+    @router.get("/approvals/{approval_id}")
+    def get_approval(caller: ApproverCaller, approval_id: str) -> dict[str, Any]:
+        own_approval(caller, approval_id)
+        return gateway.approvals.get(approval_id).as_dict()
+
     @router.post("/approvals/{approval_id}/approve")
-    def approve(caller: Caller, approval_id: str) -> dict[str, Any]:
+    def approve(caller: ApproverCaller, approval_id: str) -> dict[str, Any]:
         own_approval(caller, approval_id)
         decided = gateway.approvals.decide(approval_id, approve=True, by=caller.api_key_id)
         return decided.as_dict()
 
     @router.post("/approvals/{approval_id}/deny")
-    def deny(caller: Caller, approval_id: str) -> dict[str, Any]:
+    def deny(caller: ApproverCaller, approval_id: str) -> dict[str, Any]:
         own_approval(caller, approval_id)
         decided = gateway.approvals.decide(approval_id, approve=False, by=caller.api_key_id)
         return decided.as_dict()

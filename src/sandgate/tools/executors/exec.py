@@ -7,6 +7,13 @@ arguments also arrive as JSON on stdin; secrets arrive as environment variables 
 them. stdout is the result (parsed as JSON when it is JSON), truncated to the output limit; a
 non-zero exit fails the call with stderr. On timeout or cancellation the whole process group
 is killed.
+
+SECURITY: the process starts in a clean environment, exactly the tool's configured ``env``
+plus its secrets: nothing of the gateway's own environment (``PATH``, ``HOME``, ``PWD``,
+credentials the operator exported) reaches a tool, so none of it can come back in a result.
+Without ``PATH`` a bare command name is looked up in ``/bin:/usr/bin`` only. Each call runs in
+a private working directory of its own (mode 0700, under ``$SANDGATE_HOME/tools/work``),
+removed when the call ends, never in the gateway's working directory.
 """
 
 from __future__ import annotations
@@ -16,7 +23,10 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from sandgate.errors import InvalidArguments, ToolFailed, ToolTimeout
@@ -27,7 +37,6 @@ __all__ = ["ExecExecutor"]
 
 _WHOLE = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _STDERR_LIMIT = 8 * 1024
-_BASE_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
 
 
 class ExecExecutor:
@@ -37,17 +46,33 @@ class ExecExecutor:
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> Any:
         argv = [self._expand(part, arguments) for part in self._command]
-        env = {k: os.environ[k] for k in _BASE_ENV if k in os.environ}
-        env.update(self._env)
-        env.update(context.secrets)
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
+        env = {**self._env, **context.secrets}
+        workdir = _private_directory(context.home)
+        try:
+            return await self._run(argv, env, workdir, arguments, context)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
+
+    async def _run(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        workdir: Path,
+        arguments: dict[str, Any],
+        context: ToolContext,
+    ) -> Any:
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                cwd=workdir,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ToolFailed(f"{context.tool} cannot start {argv[0]}: {exc.strerror}") from None
         try:
             out, err, code = await asyncio.wait_for(
                 self._communicate(process, arguments, context.output_limit), context.timeout_s
@@ -110,6 +135,13 @@ class ExecExecutor:
         if text.startswith("-"):
             raise InvalidArguments(f"argument '{name}' must not start with '-'")
         return text
+
+
+def _private_directory(home: Path) -> Path:
+    """A fresh directory only this call uses (the parent is created mode 0700)."""
+    parent = home / "tools" / "work"
+    parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return Path(tempfile.mkdtemp(prefix="call-", dir=parent))
 
 
 def _kill_group(process: asyncio.subprocess.Process) -> None:
