@@ -23,9 +23,19 @@ class Subject:
     metadata: Mapping[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "sandbox": self.sandbox_id,
             "team": self.team_id,
             "api_key": self.api_key_id,
             "agent": self.agent,
         }
+        run = self.metadata.get("sandgate.workflow_run")
+        if run is not None:
+            # Set only by the workflows service (the E2B API refuses these keys), so audit
+            # records can name the workflow, run and step a call belongs to.
+            data["workflow"] = {
+                "name": self.metadata.get("sandgate.workflow"),
+                "run": run,
+                "step": self.metadata.get("sandgate.workflow_step"),
+            }
+        return data

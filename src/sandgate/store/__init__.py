@@ -3,6 +3,7 @@
 from sandgate.store._agents import ACTIVE_RUN_STATES, AgentRecords
 from sandgate.store._store import LIVE_STATES, SandboxPage, Store
 from sandgate.store._templates import TemplateRecords
+from sandgate.store._workflows import WorkflowRecords
 from sandgate.store.models import (
     AgentRun,
     AgentRunEvent,
@@ -15,6 +16,12 @@ from sandgate.store.models import (
     TemplateBuild,
     TemplateBuildLog,
     TemplateTag,
+)
+from sandgate.store.workflow_models import (
+    WorkflowDefinition,
+    WorkflowEvent,
+    WorkflowRun,
+    WorkflowStepRecord,
 )
 
 __all__ = [
@@ -35,4 +42,9 @@ __all__ = [
     "TemplateBuildLog",
     "TemplateRecords",
     "TemplateTag",
+    "WorkflowDefinition",
+    "WorkflowEvent",
+    "WorkflowRecords",
+    "WorkflowRun",
+    "WorkflowStepRecord",
 ]

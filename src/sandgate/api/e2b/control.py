@@ -24,6 +24,9 @@ from sandgate.errors import InvalidRequest
 from sandgate.sandboxes import CreateRequest, SandboxService
 from sandgate.store import Sandbox, Store
 
+#: Metadata keys only Sandgate's workflows set (``sandgate.workflow``, ``..._run``, ``..._step``).
+WORKFLOW_METADATA_PREFIX = "sandgate.workflow"
+
 __all__ = ["CLIENT_ID", "build_control_router"]
 
 #: Deprecated field the Python client still requires; E2B always sends this constant.
@@ -123,6 +126,13 @@ def build_control_router(
         }
 
     async def create(body: NewSandbox, caller: Principal, default_timeout: int | None) -> Response:
+        # SECURITY: workflow metadata names the run whose audit records a sandbox's calls
+        # join; only the workflows service may set it (sandgate.workflows.steps).
+        reserved = sorted(k for k in body.metadata if k.startswith(WORKFLOW_METADATA_PREFIX))
+        if reserved:
+            raise InvalidRequest(
+                f"metadata key '{reserved[0]}' is reserved for Sandgate's workflows"
+            )
         row = await service.create(
             caller,
             CreateRequest(

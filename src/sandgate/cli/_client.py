@@ -1,0 +1,79 @@
+"""Talking to the running server's HTTP API from the CLI (``sandgate workflows``).
+
+The server is the one the config names (``server.host``/``server.port``); the key is
+``$SANDGATE_API_KEY`` if set, else the default key ``sandgate env`` keeps in
+``$SANDGATE_HOME/default-api-key`` (created on first use, mode 0600). Errors come back as
+``SandgateError``s with the server's code and message.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+
+from sandgate.config import Config
+from sandgate.errors import RuntimeUnavailable, SandgateError
+
+__all__ = ["ServerClient", "default_api_key", "server_url"]
+
+
+def server_url(config: Config) -> str:
+    host = config.server.host
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"http://{host}:{config.server.port}"
+
+
+def default_api_key(config: Config) -> str:
+    """The default API key (``sandgate env``'s), created if missing or revoked."""
+    from sandgate.access import authenticate_api_key, create_api_key
+    from sandgate.cli._common import open_store
+    from sandgate.errors import Unauthenticated
+
+    store = open_store(config)
+    key_file = config.home_dir / "default-api-key"
+    key = key_file.read_text().strip() if key_file.exists() else ""
+    try:
+        authenticate_api_key(store, key)
+    except Unauthenticated:
+        _, key = create_api_key(store, "default", "default")
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(key + "\n")
+    finally:
+        store.close()
+    return key
+
+
+class ServerClient:
+    def __init__(self, config: Config) -> None:
+        self.url = server_url(config)
+        key = os.environ.get("SANDGATE_API_KEY") or default_api_key(config)
+        self._http = httpx.Client(
+            base_url=self.url, headers={"X-API-Key": key}, timeout=30.0, trust_env=False
+        )
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError:
+            raise RuntimeUnavailable(
+                f"no Sandgate server answers at {self.url}; start it with `sandgate serve`"
+            ) from None
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+            except ValueError:
+                body = {}
+            error = SandgateError(str(body.get("message") or response.text[:300]))
+            error.code = str(body.get("error_code") or response.status_code)
+            error.status = response.status_code
+            raise error
+        return response.json() if response.content else None
+
+    def stream(self, path: str) -> Any:
+        """The lines of a streaming GET (SSE)."""
+        with self._http.stream("GET", path, timeout=None) as response:
+            yield from response.iter_lines()
