@@ -41,7 +41,7 @@ from sandgate.store import Store, TemplateRecords
 from sandgate.templates import layer_backend, prepare_template_tree, remove_stale_builds
 from sandgate.templates.builds import BuildService
 from sandgate.tools import ToolGatewayHook, build_gateway
-from sandgate.workflows import WorkflowRuntime
+from sandgate.workflows.runtime import WorkflowRuntime
 
 __all__ = ["Application", "create_app"]
 

@@ -1,6 +1,7 @@
 """Talking to the running server's HTTP API from the CLI (``sandgate workflows``).
 
-The server is the one the config names (``server.host``/``server.port``); the key is
+The server is ``$SANDGATE_URL`` if set, else the one ``sandgate serve`` last started on this
+home (it writes ``$SANDGATE_HOME/server-url``), else the one the config names; the key is
 ``$SANDGATE_API_KEY`` if set, else the default key ``sandgate env`` keeps in
 ``$SANDGATE_HOME/default-api-key`` (created on first use, mode 0600). Errors come back as
 ``SandgateError``s with the server's code and message.
@@ -47,9 +48,18 @@ def default_api_key(config: Config) -> str:
     return key
 
 
+def _running_server(config: Config) -> str:
+    if os.environ.get("SANDGATE_URL"):
+        return os.environ["SANDGATE_URL"].rstrip("/")
+    try:
+        return (config.home_dir / "server-url").read_text(encoding="utf-8").strip()
+    except OSError:
+        return server_url(config)
+
+
 class ServerClient:
     def __init__(self, config: Config) -> None:
-        self.url = server_url(config)
+        self.url = _running_server(config)
         key = os.environ.get("SANDGATE_API_KEY") or default_api_key(config)
         self._http = httpx.Client(
             base_url=self.url, headers={"X-API-Key": key}, timeout=30.0, trust_env=False

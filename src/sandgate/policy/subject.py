@@ -6,6 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandgate.workflows.metadata import (
+    RUN_METADATA_KEY,
+    STEP_METADATA_KEY,
+    WORKFLOW_METADATA_KEY,
+)
+
 
 @dataclass(frozen=True)
 class Subject:
@@ -29,13 +35,13 @@ class Subject:
             "api_key": self.api_key_id,
             "agent": self.agent,
         }
-        run = self.metadata.get("sandgate.workflow_run")
+        run = self.metadata.get(RUN_METADATA_KEY)
         if run is not None:
             # Set only by the workflows service (the E2B API refuses these keys), so audit
             # records can name the workflow, run and step a call belongs to.
             data["workflow"] = {
-                "name": self.metadata.get("sandgate.workflow"),
+                "name": self.metadata.get(WORKFLOW_METADATA_KEY),
                 "run": run,
-                "step": self.metadata.get("sandgate.workflow_step"),
+                "step": self.metadata.get(STEP_METADATA_KEY),
             }
         return data

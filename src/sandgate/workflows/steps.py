@@ -29,6 +29,11 @@ from sandgate.guest.client import Ended, GuestError, Output
 from sandgate.policy import Subject
 from sandgate.sandboxes import CreateRequest
 from sandgate.tools import AGENT_METADATA_KEY
+from sandgate.workflows.metadata import (
+    RUN_METADATA_KEY,
+    STEP_METADATA_KEY,
+    WORKFLOW_METADATA_KEY,
+)
 
 if TYPE_CHECKING:
     from sandgate.agents import AgentRunner
@@ -37,9 +42,6 @@ if TYPE_CHECKING:
     from sandgate.tools import Gateway
 
 __all__ = [
-    "RUN_METADATA_KEY",
-    "STEP_METADATA_KEY",
-    "WORKFLOW_METADATA_KEY",
     "Outcome",
     "StepContext",
     "StepExecutors",
@@ -49,9 +51,6 @@ __all__ = [
 
 log = structlog.get_logger("sandgate.workflows")
 
-WORKFLOW_METADATA_KEY = "sandgate.workflow"
-RUN_METADATA_KEY = "sandgate.workflow_run"
-STEP_METADATA_KEY = "sandgate.workflow_step"
 #: Where a code step's script finds its inputs and leaves its result (inside its sandbox).
 _WORK = "/tmp/sandgate-step"
 _INPUT = f"{_WORK}/input.json"

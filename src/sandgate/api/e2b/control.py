@@ -23,9 +23,7 @@ from sandgate.api.strict import QueryInt, parse_query
 from sandgate.errors import InvalidRequest
 from sandgate.sandboxes import CreateRequest, SandboxService
 from sandgate.store import Sandbox, Store
-
-#: Metadata keys only Sandgate's workflows set (``sandgate.workflow``, ``..._run``, ``..._step``).
-WORKFLOW_METADATA_PREFIX = "sandgate.workflow"
+from sandgate.workflows.metadata import RESERVED_PREFIX
 
 __all__ = ["CLIENT_ID", "build_control_router"]
 
@@ -128,7 +126,7 @@ def build_control_router(
     async def create(body: NewSandbox, caller: Principal, default_timeout: int | None) -> Response:
         # SECURITY: workflow metadata names the run whose audit records a sandbox's calls
         # join; only the workflows service may set it (sandgate.workflows.steps).
-        reserved = sorted(k for k in body.metadata if k.startswith(WORKFLOW_METADATA_PREFIX))
+        reserved = sorted(k for k in body.metadata if k.startswith(RESERVED_PREFIX))
         if reserved:
             raise InvalidRequest(
                 f"metadata key '{reserved[0]}' is reserved for Sandgate's workflows"

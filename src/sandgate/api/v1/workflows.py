@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandgate.api.auth import Caller
 from sandgate.api.strict import QueryInt, decimal
 from sandgate.store import WorkflowEvent, WorkflowRun, WorkflowStepRecord
-from sandgate.workflows import Definition, WorkflowService
+from sandgate.workflows.service import Definition, WorkflowService
 
 __all__ = ["build_workflows_router", "run_json"]
 
