@@ -93,21 +93,22 @@ def run(
     console.print(f"run [bold]{started['id']}[/] of {name} started")
     if not wait:
         return
+    kind = ""
     for line in client.stream(f"/v1/workflow-runs/{started['id']}/events"):
+        if line.startswith("event: "):
+            kind = line[7:]
         if not line.startswith("data: "):
             continue
         event = json.loads(line[6:])
         step, state = event.get("step"), event.get("state")
         if step and state:
             style = _STYLE.get(state, "")
-            console.print(
-                f"  {step:<20} [{style}]{state}[/] {event.get('summary') or ''}"
-                f"{event.get('error') or ''}"
-            )
-        if "run." + str(state) in _FINAL:
+            detail = event.get("summary") or event.get("error") or ""
+            console.print(f"  {step:<20} [{style}]{state}[/] {detail}", highlight=False)
+        if kind in _FINAL:
             break
-    _show(client.request("GET", f"/v1/workflow-runs/{started['id']}"))
     final = client.request("GET", f"/v1/workflow-runs/{started['id']}")
+    _show(final)
     if final["state"] != "completed":
         raise typer.Exit(1)
 

@@ -275,4 +275,5 @@ def _why_not_idempotent(step: Any) -> str:
         return f"tool '{step.tool}' is not marked idempotent (a write is never run twice)"
     if isinstance(step, CodeStep):
         return "mark the code step idempotent: true if running it twice does no harm"
-    return f"a {step.kind} step is never run twice"
+    article = "an" if step.kind[0] in "aeiou" else "a"
+    return f"{article} {step.kind} step is never run twice"

@@ -297,10 +297,13 @@ class WorkflowsEnv:
         return [r for r in self.audit(run_id) if r["subject"]["workflow"]["step"] == step]
 
 
-@pytest.fixture(scope="session", params=[
-    pytest.param(store, marks=[pytest.mark.postgres] if store == "postgres" else [])
-    for store in STORES
-])
+@pytest.fixture(
+    scope="session",
+    params=[
+        pytest.param(store, marks=[pytest.mark.postgres] if store == "postgres" else [])
+        for store in STORES
+    ],
+)
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

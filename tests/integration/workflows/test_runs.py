@@ -57,8 +57,9 @@ def test_approval_approved_from_the_cli(wf: WorkflowsEnv) -> None:
     # The approval is one like any other: listed by the CLI and the HTTP API...
     listed = wf.server.cli("approvals", "list", "--json").stdout
     assert approval_id in listed and "Pay 42?" in listed
-    api = httpx.get(f"{wf.server.url}/v1/approvals", params={"state": "pending"},
-                    headers=wf.headers()).json()["approvals"]
+    api = httpx.get(
+        f"{wf.server.url}/v1/approvals", params={"state": "pending"}, headers=wf.headers()
+    ).json()["approvals"]
     mine = next(a for a in api if a["id"] == approval_id)
     assert mine["tool"] == "workflow:approve" and mine["action"] == "ask"
     assert mine["arguments"]["details"] == {"quote": "quote-42"}
@@ -77,8 +78,7 @@ def test_approval_denied_through_the_api_stops_the_run(wf: WorkflowsEnv) -> None
     run = wf.wait_for(started["id"], lambda r: wf.step(r, "ask")["state"] == "waiting")
     approval_id = wf.step(run, "ask")["detail"]["approval"]
 
-    response = httpx.post(f"{wf.server.url}/v1/approvals/{approval_id}/deny",
-                          headers=wf.headers())
+    response = httpx.post(f"{wf.server.url}/v1/approvals/{approval_id}/deny", headers=wf.headers())
     assert response.status_code == 200, response.text
 
     run = wf.finish(started["id"])
