@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import secrets
@@ -136,7 +137,7 @@ def main() -> None:
         for _ in range(chain_runs):
             run = wait(http, start(http, "chain"))
             ends = sorted(datetime.fromisoformat(s["ended_at"]) for s in run["steps"])
-            per_step += [(b - a).total_seconds() for a, b in zip(ends, ends[1:], strict=False)]
+            per_step += [(b - a).total_seconds() for a, b in itertools.pairwise(ends)]
 
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=16) as pool:
@@ -191,7 +192,7 @@ Reproduce: `uv run python bench/workflows.py --store {args.store}`.
             step_ms["p99"]:.2f} |
 
 Overhead per step at p50: **{step_ms["p50"] - direct_ms["p50"]:.1f} ms**
-({results["overhead_ratio_p50"]:.1f} × the direct call). {c["runs"]} runs of a 5-step
+({results["overhead_ratio_p50"]:.1f} times the direct call). {c["runs"]} runs of a 5-step
 workflow (diamond + tail) started at once: **{c["completed"]}/{c["runs"]} completed** in
 {c["seconds"]:.1f} s ({c["steps_per_s"]:.0f} steps/s).
 """,

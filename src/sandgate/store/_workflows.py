@@ -156,10 +156,14 @@ class WorkflowRecords:
 
     def update_run(self, run_id: str, **values: Any) -> None:
         with self._store.session() as s:
-            row = s.get(WorkflowRun, run_id, with_for_update=True)
-            if row is not None:
-                for key, value in values.items():
-                    setattr(row, key, value)
+            self._set_run(s, run_id, values)
+
+    @staticmethod
+    def _set_run(session: Any, run_id: str, values: dict[str, Any]) -> None:
+        row = session.get(WorkflowRun, run_id, with_for_update=True)
+        if row is not None:
+            for key, value in values.items():
+                setattr(row, key, value)
 
     def move_step(
         self,
@@ -169,11 +173,15 @@ class WorkflowRecords:
         *,
         attempt: int,
         event: dict[str, Any] | None = None,
+        run_values: dict[str, Any] | None = None,
         **values: Any,
     ) -> bool:
         """Moves a step to ``to`` if the table allows it and ``attempt`` is not older than
-        the step's; returns whether it moved. Adds the event ``step.<to>``."""
+        the step's; returns whether it moved. Adds the event ``step.<to>``. ``run_values``
+        are set on the run in the same transaction, whether or not the step moved."""
         with self._store.session() as s:
+            if run_values:
+                self._set_run(s, run_id, run_values)
             row = s.get(WorkflowStepRecord, (run_id, step_id), with_for_update=True)
             if row is None or attempt < row.attempt:
                 return False
@@ -188,11 +196,20 @@ class WorkflowRecords:
         return True
 
     def item_done(
-        self, run_id: str, step_id: str, index: int, output: Any, *, attempt: int
+        self,
+        run_id: str,
+        step_id: str,
+        index: int,
+        output: Any,
+        *,
+        attempt: int,
+        run_values: dict[str, Any] | None = None,
     ) -> bool:
         """Records a for_each element's output once; returns whether it was new."""
         key = str(index)
         with self._store.session() as s:
+            if run_values:
+                self._set_run(s, run_id, run_values)
             row = s.get(WorkflowStepRecord, (run_id, step_id), with_for_update=True)
             if row is None or attempt < row.attempt or key in (row.item_outputs or {}):
                 return False

@@ -355,6 +355,8 @@ class _Scheduler:
     failure: _Failure | None = None
     tool_calls: int = 0
     tokens: int = 0
+    #: Usage not yet written to the run record (written with the next step move).
+    usage: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for step, output in self.loaded["carried"].items():
@@ -545,12 +547,8 @@ class _Scheduler:
     async def _finish(self, unit: _Unit, result: dict[str, Any]) -> None:
         self.tool_calls += int(result.get("tool_calls", 0))
         self.tokens += int(result.get("tokens", 0))
-        await self._records(
-            self.engine.records.update_run,
-            self.run_id,
-            tool_calls=self.tool_calls,
-            tokens=self.tokens,
-        )
+        # The run's usage is written with the step's move, in the same transaction.
+        self.usage = {"tool_calls": self.tool_calls, "tokens": self.tokens}
         if not result["ok"]:
             state = (
                 StepState.INTERRUPTED
@@ -591,6 +589,7 @@ class _Scheduler:
             unit.index,
             result["output"],
             attempt=self.attempt,
+            run_values=self._take_usage(),
         )
         if len(known) >= len(self.items[unit.step]):
             await self._complete_loop(unit.step)
@@ -743,8 +742,13 @@ class _Scheduler:
             to.value,
             attempt=self.attempt,
             event=event,
+            run_values=self._take_usage(),
             **values,
         )
+
+    def _take_usage(self) -> dict[str, Any] | None:
+        usage, self.usage = self.usage, None
+        return usage
 
     @staticmethod
     async def _records(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

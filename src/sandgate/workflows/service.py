@@ -127,6 +127,10 @@ class WorkflowService:
                 f"workflow '{name}' is defined in the server's configuration; pick another name"
             )
         workflow = self._parse({**body, "name": name})
+        if workflow.schedule is not None:
+            raise InvalidWorkflow(
+                "schedule: only workflows in the server's configuration run on a schedule"
+            )
         cap = self._config.workflows.max_api_definitions_per_team
         exists = self.records.definition(principal.team_id, name) is not None
         if not exists and self.records.count_definitions(principal.team_id) >= cap:
@@ -145,7 +149,7 @@ class WorkflowService:
 
     def _parse(self, data: Any) -> WorkflowConfig:
         try:
-            workflow = WorkflowConfig.model_validate(data)
+            workflow = WorkflowConfig.model_validate(data, strict=True)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
@@ -393,11 +397,18 @@ class WorkflowService:
             last = after
             while True:
                 wake.clear()
-                for event in await asyncio.to_thread(self.records.events, run_id, last):
+                batch = await asyncio.to_thread(self.records.events, run_id, last)
+                for event in batch:
                     last = event.id
                     yield event
-                    if event.type in FINAL_EVENTS and not _more_attempts(self.records, run_id):
-                        return
+                # A final event ends the stream only when nothing follows it (a retry's events
+                # follow the attempt that failed) and the run is still final.
+                if (
+                    batch
+                    and batch[-1].type in FINAL_EVENTS
+                    and not await asyncio.to_thread(_more_attempts, self.records, run_id)
+                ):
+                    return
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), _LIVE_POLL_S)
         finally:
@@ -470,7 +481,7 @@ def load_files(paths: Sequence[str], home: Path) -> list[WorkflowConfig]:
         for path in sorted([*root.glob("*.yaml"), *root.glob("*.yml")]):
             try:
                 data = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)  # noqa: S506
-                found.append(WorkflowConfig.model_validate(data))
+                found.append(WorkflowConfig.model_validate(data, strict=True))
             except (OSError, yaml.YAMLError, _DuplicateKey) as exc:
                 raise ConfigError(f"workflow file {path}: {exc}") from None
             except ValidationError as exc:

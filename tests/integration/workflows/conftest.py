@@ -1,3 +1,4 @@
+# ruff: noqa: E501 (the config below is YAML, one step per line)
 """Servers running workflows, on each store (SQLite, PostgreSQL) and each runtime.
 
 ``wf`` is parametrised over the store (``sqlite`` | ``postgres``) and, through the
