@@ -4,6 +4,8 @@ is not: the run stops as interrupted until someone retries it (issue 15, "Done w
 
 from __future__ import annotations
 
+import json
+
 from tests.integration.workflows.conftest import WorkflowsEnv
 
 
@@ -53,3 +55,32 @@ def test_kill_9_during_a_write_stops_the_run_until_retried(wf: WorkflowsEnv) -> 
     assert len(wf.calls_of(run["id"], "last")) == 1
     shown = wf.server.cli("workflows", "show", run["id"]).stdout
     assert "completed" in shown and "transfer" in shown and "first" in shown
+
+
+def test_an_approval_waits_across_a_kill_9(wf: WorkflowsEnv) -> None:
+    started = wf.start("approve", {"amount": 7})
+    run = wf.wait_for(started["id"], lambda r: wf.step(r, "ask")["state"] == "waiting")
+    approval = wf.step(run, "ask")["detail"]["approval"]
+    listed = [
+        json.loads(line)
+        for line in wf.server.cli("approvals", "list", "--json").stdout.splitlines()
+    ]
+    expires = next(a["expires_at"] for a in listed if a["id"] == approval)
+
+    wf.server.kill()
+    wf.server.start()
+
+    # The same approval is still the one the run waits for (not asked again), with the same
+    # deadline (the clock did not restart).
+    pending = [
+        json.loads(line)
+        for line in wf.server.cli("approvals", "list", "--json").stdout.splitlines()
+    ]
+    mine = [a for a in pending if a["subject"].get("workflow", {}).get("run") == started["id"]]
+    assert [(a["id"], a["expires_at"]) for a in mine] == [(approval, expires)]
+    wf.server.cli("approvals", "approve", approval)
+
+    run = wf.finish(started["id"])
+    assert run["state"] == "completed", run
+    assert len(wf.calls_of(run["id"], "quote")) == 1  # done before the crash: not repeated
+    assert len(wf.calls_of(run["id"], "pay")) == 1
