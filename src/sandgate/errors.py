@@ -9,6 +9,7 @@
     │   ├── InvalidUrlEncoding    invalid_url_encoding 400 invalid_argument (bad %-escape)
     │   ├── InvalidPort           invalid_port     400   invalid_argument  (routing: not 1..65535)
     │   ├── LimitExceeded         limit_exceeded   400   invalid_argument
+    │   ├── InvalidWorkflow       invalid_workflow 400   invalid_argument  (names the step)
     │   └── InvalidArguments      invalid_arguments 400  invalid_argument  (tool call schema)
     ├── ConfigError               invalid_config   (start-up only)
     ├── Unauthenticated           unauthenticated  401   unauthenticated
@@ -61,6 +62,7 @@ __all__ = [
     "InvalidPort",
     "InvalidRequest",
     "InvalidUrlEncoding",
+    "InvalidWorkflow",
     "LimitExceeded",
     "ModelUnavailable",
     "NotFound",
@@ -134,6 +136,13 @@ class LimitExceeded(InvalidRequest):
     """A requested value is outside a configured limit; the message names the limit."""
 
     code = "limit_exceeded"
+
+
+class InvalidWorkflow(InvalidRequest):
+    """A workflow sent through the API cannot run as written (unknown step, cycle, bad
+    reference, retries on a step that is not idempotent); the message names the step."""
+
+    code = "invalid_workflow"
 
 
 class ConfigError(SandgateError):

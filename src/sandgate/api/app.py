@@ -32,6 +32,7 @@ from sandgate.api.routing import Router
 from sandgate.api.strict import StrictJsonBody
 from sandgate.api.v1 import build_v1_router
 from sandgate.api.v1.agents import build_agents_router
+from sandgate.api.v1.workflows import build_workflows_router
 from sandgate.config import Config
 from sandgate.egress import EgressHook
 from sandgate.errors import SandgateError
@@ -47,6 +48,7 @@ from sandgate.templates import layer_backend, prepare_template_tree, remove_stal
 from sandgate.templates.builds import BuildService
 from sandgate.tools import ToolGatewayHook, build_gateway
 from sandgate.volumes import VolumeService
+from sandgate.workflows.runtime import WorkflowRuntime
 
 __all__ = ["Application", "create_app"]
 
@@ -130,6 +132,10 @@ class Application:
         self.agents = build_runner(
             config, store, self.sandboxes, self.gateway, self.gateway_hook, self.skills_hook
         )
+        # -- workflows (issue 15): durable DAGs on DBOS, /v1/workflows and /v1/workflow-runs -
+        self.workflows = WorkflowRuntime(
+            config, store, self.gateway, self.sandboxes, self.agents, instance_id=instance
+        )
         control = FastAPI(
             title="Sandgate",
             lifespan=self._lifespan,
@@ -161,6 +167,7 @@ class Application:
         control.include_router(build_volumes_router(self.volumes, self._audit_event))
         control.include_router(build_v1_router(self.gateway, store))
         control.include_router(build_agents_router(self.agents, store))  # agent runner
+        control.include_router(build_workflows_router(self.workflows.service))  # workflows
         # -- MCP over streamable HTTP (issue 7): /v1/mcp, same keys; sessions in _lifespan --
         self.mcp = McpHttp(self.sandboxes, self.gateway, store, self.agents.agent)
         control.router.routes.append(Route(MCP_PATH, self.mcp, name="mcp"))
@@ -210,11 +217,13 @@ class Application:
         await self.volumes.sweep()
         await self.sandboxes.start()
         await self.agents.start()
+        await self.workflows.start()  # after what its steps use: it recovers runs at once
         log.info("server.ready", runtime=self.runtime.name)
         try:
             async with self.mcp.run():  # MCP sessions end before the services stop
                 yield
         finally:
+            await self.workflows.stop()
             await self.agents.stop()
             await self.templates.stop()
             await self.sandboxes.stop()

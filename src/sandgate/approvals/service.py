@@ -91,12 +91,16 @@ class ApprovalService:
         arguments: dict[str, Any],
         rule_id: str,
         timeout_s: float | None = None,
+        approval_id: str | None = None,
     ) -> Approval:
         """Records a pending approval that expires after ``timeout_s`` (default: the
-        service's) and announces it to the webhook (in the background)."""
+        service's) and announces it to the webhook (in the background). ``approval_id``
+        (``apr_`` + letters and digits) lets a caller that may ask twice, such as a workflow
+        step re-run after a crash, ask under the same id; it is refused (``Conflict``) once
+        it exists."""
         now = datetime.now(UTC)
         approval = Approval(
-            id="apr_" + secrets.token_hex(8),
+            id=approval_id or "apr_" + secrets.token_hex(8),
             state=ApprovalState.PENDING,
             sandbox_id=sandbox_id,
             subject=subject,
@@ -107,8 +111,11 @@ class ApprovalService:
             created_at=now.isoformat(),
             expires_at=(now + timedelta(seconds=timeout_s or self._timeout_s)).isoformat(),
         )
+        self._path(approval.id)  # a malformed id is NotFound before anything is written
         self._events[approval.id] = asyncio.Event()
         with self._locked():
+            if approval_id is not None and self._path(approval_id).exists():
+                raise Conflict(f"approval {approval_id} exists already")
             self._write(approval)
         log.info("approval.pending", approval=approval.id, tool=tool, sandbox=sandbox_id)
         self._announce("approval.requested", approval)

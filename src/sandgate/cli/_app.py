@@ -18,6 +18,7 @@ from sandgate.cli.sandbox import sandbox_app
 from sandgate.cli.serve import serve
 from sandgate.cli.templates import templates_app
 from sandgate.cli.tools import tools_app
+from sandgate.cli.workflows import workflows_app
 
 app = typer.Typer(
     name="sandgate",
@@ -37,5 +38,6 @@ app.add_typer(policy_app, name="policy")
 app.add_typer(audit_app, name="audit")
 app.add_typer(approvals_app, name="approvals")
 app.add_typer(runs_app, name="runs")
+app.add_typer(workflows_app, name="workflows")
 app.command("chat")(chat)
 app.command("mcp")(mcp)

@@ -95,6 +95,10 @@ def serve(
         f"(runtime {application.runtime.name}, data in {cfg.home_dir}).\n"
         f'Client setup: eval "$({flags}uv run sandgate env)"'
     )
+    # The CLI's API commands (`sandgate workflows ...`) find this server here, flags included.
+    from sandgate.cli._client import server_url
+
+    (cfg.home_dir / "server-url").write_text(server_url(cfg) + "\n", encoding="utf-8")
     asgi_config = uvicorn.Config(
         application.asgi,
         host=cfg.server.host,

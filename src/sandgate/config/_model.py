@@ -30,6 +30,7 @@ from sandgate.config._gateway import (
     ToolConfig,
     check_gateway_references,
 )
+from sandgate.config._workflows import WorkflowsConfig, check_workflow_references
 
 
 class _Section(BaseModel):
@@ -258,6 +259,8 @@ class Config(_Section):
     skills: SkillsConfig = SkillsConfig()
     # Sandbox egress (config/_egress.py): nothing is reachable unless listed.
     egress: EgressConfig = EgressConfig()
+    # Workflows (config/_workflows.py): durable DAGs of steps.
+    workflows: WorkflowsConfig = WorkflowsConfig()
 
     @model_validator(mode="after")
     def _gateway_references(self) -> Config:
@@ -272,6 +275,19 @@ class Config(_Section):
                     f"egress.secrets binds '{binding.secret}', which is not declared in secrets:"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _workflow_references(self) -> Config:
+        # The workflows service checks again, keeping the checked copies (each tool step
+        # then knows whether its tool is idempotent); here an error stops the load.
+        for workflow in self.workflows.definitions:
+            check_workflow_references(workflow, *self.workflow_context)
+        return self
+
+    @property
+    def workflow_context(self) -> tuple[dict[str, bool], set[str], set[str]]:
+        """What ``check_workflow_references`` checks a workflow against."""
+        return workflow_context(self.tools, [a.id for a in self.agents])
 
     @property
     def home_dir(self) -> Path:
@@ -290,3 +306,26 @@ class Config(_Section):
     @property
     def store_url(self) -> str:
         return self.store.url or f"sqlite:///{self.home_dir / 'sandgate.db'}"
+
+
+def workflow_context(
+    tools: list[ToolConfig], agents: list[str]
+) -> tuple[dict[str, bool], set[str], set[str]]:
+    """Tool names with their idempotence, MCP server names and agent ids."""
+    from sandgate.config._gateway import BuiltinTool, McpTool
+
+    idempotent: dict[str, bool] = {}
+    for tool in tools:
+        if isinstance(tool, McpTool):
+            continue
+        value = tool.idempotent
+        if isinstance(tool, BuiltinTool):
+            value = _BUILTIN_IDEMPOTENT.get(tool.name, False)
+        idempotent[tool.name] = value
+    servers = {t.name for t in tools if isinstance(t, McpTool)}
+    return idempotent, servers, set(agents)
+
+
+#: Builtin tools' own idempotence (their modules say the same; kept here so config loading
+#: needs no tool module).
+_BUILTIN_IDEMPOTENT = {"kv": False, "http_fetch": True, "workflow_run": False}

@@ -6,6 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandgate.workflows.metadata import (
+    RUN_METADATA_KEY,
+    STEP_METADATA_KEY,
+    WORKFLOW_METADATA_KEY,
+)
+
 
 @dataclass(frozen=True)
 class Subject:
@@ -23,9 +29,19 @@ class Subject:
     metadata: Mapping[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "sandbox": self.sandbox_id,
             "team": self.team_id,
             "api_key": self.api_key_id,
             "agent": self.agent,
         }
+        run = self.metadata.get(RUN_METADATA_KEY)
+        if run is not None:
+            # Set only by the workflows service (the E2B API refuses these keys), so audit
+            # records can name the workflow, run and step a call belongs to.
+            data["workflow"] = {
+                "name": self.metadata.get(WORKFLOW_METADATA_KEY),
+                "run": run,
+                "step": self.metadata.get(STEP_METADATA_KEY),
+            }
+        return data

@@ -5,6 +5,7 @@ from sandgate.store._secrets import SecretRecords
 from sandgate.store._store import LIVE_STATES, SandboxPage, Store
 from sandgate.store._templates import TemplateRecords
 from sandgate.store._volumes import VolumeRecords
+from sandgate.store._workflows import WorkflowRecords
 from sandgate.store.models import (
     AgentRun,
     AgentRunEvent,
@@ -19,6 +20,12 @@ from sandgate.store.models import (
     TemplateBuildLog,
     TemplateTag,
     Volume,
+)
+from sandgate.store.workflow_models import (
+    WorkflowDefinition,
+    WorkflowEvent,
+    WorkflowRun,
+    WorkflowStepRecord,
 )
 
 __all__ = [
@@ -43,4 +50,9 @@ __all__ = [
     "TemplateTag",
     "Volume",
     "VolumeRecords",
+    "WorkflowDefinition",
+    "WorkflowEvent",
+    "WorkflowRecords",
+    "WorkflowRun",
+    "WorkflowStepRecord",
 ]

@@ -22,7 +22,7 @@ from sandgate.config import BuiltinTool, ExecTool, HttpTool, McpTool, PythonTool
 from sandgate.errors import ConfigError, ToolFailed
 from sandgate.policy import ToolShape
 from sandgate.secrets import SecretStore
-from sandgate.tools.builtin import http_fetch, kv
+from sandgate.tools.builtin import http_fetch, kv, workflow_run
 from sandgate.tools.executors._mcp_session import McpSession
 from sandgate.tools.executors.exec import ExecExecutor
 from sandgate.tools.executors.http import HttpExecutor
@@ -125,9 +125,9 @@ class ToolRegistry:
                 return kv.KvExecutor(self._home / "tools" / "kv.db")
             if config.name == "http_fetch":
                 return http_fetch.HttpFetchExecutor(config.allow_domains)
-            raise ConfigError(
-                f"tools: there is no builtin tool '{config.name}' (builtins: kv, http_fetch)"
-            )
+            if config.name == "workflow_run":
+                return workflow_run.WorkflowRunExecutor()
+            raise ConfigError(f"tools: there is no builtin tool '{config.name}' ({_BUILTINS})")
         raise ConfigError(f"tools: '{config.name}' has no executor here")
 
 
@@ -149,11 +149,13 @@ def tool_shapes(configs: Iterable[ToolConfig]) -> list[ToolShape]:
 
 def _builtin(config: BuiltinTool) -> Any:
     """The module of a builtin tool (its schema, description, action and idempotence)."""
-    if config.name not in ("kv", "http_fetch"):
-        raise ConfigError(
-            f"tools: there is no builtin tool '{config.name}' (builtins: kv, http_fetch)"
-        )
-    return kv if config.name == "kv" else http_fetch
+    modules = {"kv": kv, "http_fetch": http_fetch, "workflow_run": workflow_run}
+    if config.name not in modules:
+        raise ConfigError(f"tools: there is no builtin tool '{config.name}' ({_BUILTINS})")
+    return modules[config.name]
+
+
+_BUILTINS = "builtins: kv, http_fetch, workflow_run"
 
 
 def _tool(

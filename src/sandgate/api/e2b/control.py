@@ -24,6 +24,7 @@ from sandgate.egress.transforms import parse_rules
 from sandgate.errors import InvalidRequest
 from sandgate.sandboxes import CreateRequest, SandboxService
 from sandgate.store import Sandbox, Store
+from sandgate.workflows.metadata import RESERVED_PREFIX
 
 __all__ = ["CLIENT_ID", "build_control_router"]
 
@@ -178,6 +179,13 @@ def build_control_router(
         }
 
     async def create(body: NewSandbox, caller: Principal, default_timeout: int | None) -> Response:
+        # SECURITY: workflow metadata names the run whose audit records a sandbox's calls
+        # join; only the workflows service may set it (sandgate.workflows.steps).
+        reserved = sorted(k for k in body.metadata if k.startswith(RESERVED_PREFIX))
+        if reserved:
+            raise InvalidRequest(
+                f"metadata key '{reserved[0]}' is reserved for Sandgate's workflows"
+            )
         row = await service.create(
             caller,
             CreateRequest(

@@ -1,5 +1,5 @@
-"""Tools shipped with Sandgate: ``kv`` and ``http_fetch``."""
+"""Tools shipped with Sandgate: ``kv``, ``http_fetch`` and ``workflow_run``."""
 
-from sandgate.tools.builtin import http_fetch, kv
+from sandgate.tools.builtin import http_fetch, kv, workflow_run
 
-__all__ = ["http_fetch", "kv"]
+__all__ = ["http_fetch", "kv", "workflow_run"]
