@@ -18,7 +18,13 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandgate.agents import build_runner, skills_hook, with_autonomy
-from sandgate.api.e2b import UploadLimits, build_control_router, build_envd_app
+from sandgate.api.e2b import (
+    UploadLimits,
+    build_control_router,
+    build_envd_app,
+    build_logs_router,
+    build_metrics_router,
+)
 from sandgate.api.errors import e2b_error, e2b_error_response
 from sandgate.api.mcp import MCP_PATH, McpHttp
 from sandgate.api.ports import PortProxy
@@ -35,6 +41,7 @@ from sandgate.runtimes.floors import FloorReport
 from sandgate.runtimes.select import select
 from sandgate.sandboxes import SandboxService
 from sandgate.store import Store
+from sandgate.telemetry import Telemetry
 from sandgate.tools import ToolGatewayHook, build_gateway
 
 __all__ = ["Application", "create_app"]
@@ -74,6 +81,14 @@ class Application:
             secrets=self.gateway.secrets,
             state_dir=home / "egress",
         )
+        # Metrics and sandbox logs (issue 13): sampled and collected in the background.
+        self.telemetry = Telemetry(
+            config.metrics,
+            config.sandbox_logs,
+            store,
+            runtime,
+            lambda sandbox_id: self.sandboxes.guest_of(sandbox_id),
+        )
         self.sandboxes = SandboxService(
             config,
             store,
@@ -82,6 +97,7 @@ class Application:
             guest_zipapp=build_zipapp(home / "guest" / "guest.pyz"),
             hooks=[self.gateway_hook, self.skills_hook, self.egress_hook],
             audit=self._audit_sandbox_event,
+            observers=[self.telemetry],
         )
         # -- agent runner (issue 7): sessions, runs, /v1/agents and /v1/runs --------------
         self.agents = build_runner(
@@ -95,6 +111,9 @@ class Application:
         )
         _install_error_handlers(control)
         control.state.store = store  # read by sandgate.api.auth for every route's caller
+        # Before the control router: /sandboxes/metrics must not be read as a sandbox id.
+        control.include_router(build_metrics_router(store, self.telemetry))
+        control.include_router(build_logs_router(store, self.telemetry, config.sandbox_logs))
         control.include_router(
             build_control_router(
                 self.sandboxes,
@@ -129,6 +148,7 @@ class Application:
     async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         await self.gateway.registry.load_mcp(self.gateway.secrets)
         await self.sandboxes.start()
+        await self.telemetry.start()
         await self.agents.start()
         log.info("server.ready", runtime=self.runtime.name)
         try:
@@ -136,6 +156,7 @@ class Application:
                 yield
         finally:
             await self.agents.stop()
+            await self.telemetry.stop()
             await self.sandboxes.stop()
             self.store.close()
 

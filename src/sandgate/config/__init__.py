@@ -41,6 +41,7 @@ from sandgate.config._model import (
     TemplatesConfig,
 )
 from sandgate.config._presets import PACKAGE_REGISTRIES, PRESETS, preset_of
+from sandgate.config._telemetry import MetricsConfig, SandboxLogsConfig
 
 __all__ = [
     "PACKAGE_REGISTRIES",
@@ -63,6 +64,7 @@ __all__ = [
     "LimitsConfig",
     "LoggingConfig",
     "McpTool",
+    "MetricsConfig",
     "ModelChoice",
     "PolicyConfig",
     "PolicyRule",
@@ -72,6 +74,7 @@ __all__ = [
     "RateLimit",
     "RuntimeConfig",
     "SandboxConfig",
+    "SandboxLogsConfig",
     "SecretBinding",
     "SecretSource",
     "ServerConfig",

@@ -30,6 +30,7 @@ from sandgate.config._gateway import (
     ToolConfig,
     check_gateway_references,
 )
+from sandgate.config._telemetry import MetricsConfig, SandboxLogsConfig
 
 
 class _Section(BaseModel):
@@ -196,6 +197,9 @@ class Config(_Section):
     skills: SkillsConfig = SkillsConfig()
     # Sandbox egress (config/_egress.py): nothing is reachable unless listed.
     egress: EgressConfig = EgressConfig()
+    # E2B metrics and sandbox logs (config/_telemetry.py).
+    metrics: MetricsConfig = MetricsConfig()
+    sandbox_logs: SandboxLogsConfig = SandboxLogsConfig()
 
     @model_validator(mode="after")
     def _gateway_references(self) -> Config:

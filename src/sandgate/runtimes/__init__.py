@@ -7,6 +7,7 @@ from sandgate.runtimes.base import (
     RuntimeSandbox,
     RuntimeState,
     SandboxSpec,
+    SandboxStats,
     sandbox_seeds,
 )
 
@@ -16,6 +17,7 @@ __all__ = [
     "RuntimeSandbox",
     "RuntimeState",
     "SandboxSpec",
+    "SandboxStats",
     "by_name_dir",
     "resolve_rootfs",
     "sandbox_seeds",

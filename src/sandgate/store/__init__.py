@@ -2,6 +2,7 @@
 
 from sandgate.store._agents import ACTIVE_RUN_STATES, AgentRecords
 from sandgate.store._store import LIVE_STATES, SandboxPage, Store
+from sandgate.store._telemetry import TelemetryRecords
 from sandgate.store.models import (
     AgentRun,
     AgentRunEvent,
@@ -9,6 +10,8 @@ from sandgate.store.models import (
     ApiKey,
     AuditEntry,
     Sandbox,
+    SandboxLogEntry,
+    SandboxMetricSample,
     Team,
     Template,
 )
@@ -23,8 +26,11 @@ __all__ = [
     "ApiKey",
     "AuditEntry",
     "Sandbox",
+    "SandboxLogEntry",
+    "SandboxMetricSample",
     "SandboxPage",
     "Store",
     "Team",
+    "TelemetryRecords",
     "Template",
 ]
