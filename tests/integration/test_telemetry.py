@@ -331,3 +331,21 @@ def _start_envelope(command: str) -> bytes:
         {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", command]}, "stdin": False}
     ).encode()
     return struct.pack(">BI", 0, len(payload)) + payload
+
+
+def test_logs_and_metrics_survive_a_gateway_restart(server: RunningServer) -> None:
+    """Runs last in the module: it restarts the module's server."""
+    created = create(server.url, server.api_key, timeout=300)
+    sandbox_id = created["sandboxID"]
+    marker = f"restart{time.time_ns()}"
+    _sh(server, created, f"echo {marker}-before")
+    assert any(e["message"] == f"{marker}-before" for e in _logs(server, sandbox_id)["logEntries"])
+    samples_before = len(_metrics(server, sandbox_id))
+    server.kill()  # as a crash would
+    server.start()
+    _sh(server, created, f"echo {marker}-after")
+    messages = [e["message"] for e in _logs(server, sandbox_id)["logEntries"]]
+    assert messages.count(f"{marker}-before") == 1, "collection resumes where it stopped"
+    assert messages.count(f"{marker}-after") == 1
+    assert len(_metrics(server, sandbox_id)) >= samples_before
+    httpx.delete(f"{server.url}/sandboxes/{sandbox_id}", headers=_key(server))

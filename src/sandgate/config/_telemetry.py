@@ -31,6 +31,10 @@ class MetricsConfig(_Section):
 class SandboxLogsConfig(_Section):
     """``GET /sandboxes/{id}/logs`` and ``/v2/...``: lifecycle events and process output."""
 
+    #: Seconds between two collections of every running sandbox's process log (its guest
+    #: keeps a bounded journal meanwhile). Logs are also collected before a sandbox is paused
+    #: or killed, and whenever someone reads the logs of a running sandbox.
+    collect_interval_s: float = Field(5.0, ge=0.2, le=3600)
     #: Hours a log entry is kept (also after its sandbox ended; E2B keeps seven days).
     retention_hours: float = Field(24.0, gt=0, le=24 * 90)
     #: A ring per sandbox: beyond this many entries its oldest go first.

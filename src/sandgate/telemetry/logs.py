@@ -5,9 +5,9 @@ Two sources, one ring per sandbox in the store:
 * the gateway's own lifecycle events (created, paused, resumed, killed and why), written as
   they happen, logger ``sandboxSvc``;
 * the guest's process log (``guest._journal``: each process's start, its output line by line,
-  its end), logger ``processSvc``, collected every ``_COLLECT_INTERVAL_S`` from each running
-  sandbox, before a sandbox is paused or killed, and when someone reads the logs of a running
-  sandbox (so a reader, like ``e2b sandbox logs --follow``, sees output at once).
+  its end), logger ``processSvc``, collected every ``sandbox_logs.collect_interval_s`` from
+  each running sandbox, before a sandbox is paused or killed, and when someone reads the logs
+  of a running sandbox (so a reader, like ``e2b sandbox logs --follow``, sees output at once).
 
 Bounds (no tenant turns its logs into host disk pressure): a ring of
 ``sandbox_logs.max_entries_per_sandbox`` per sandbox, entries older than
@@ -37,16 +37,17 @@ from sandgate.errors import SandgateError
 from sandgate.guest.client import GuestClient, GuestError
 from sandgate.store import SandboxLogEntry, Store, TelemetryRecords
 
-__all__ = ["LEVELS", "SandboxLogs", "level_at_least"]
+__all__ = ["LEVELS", "STOP_COLLECT_TIMEOUT_S", "SandboxLogs", "level_at_least"]
 
 log = structlog.get_logger("sandgate.telemetry")
 
 #: E2B's log levels, lowest first.
 LEVELS: Final = ("debug", "info", "warn", "error")
-_COLLECT_INTERVAL_S = 5.0
 _PRUNE_INTERVAL_S = 60.0
-#: How long one collection waits for a guest (a frozen or dying one must not hold a kill).
-COLLECT_TIMEOUT_S = 2.0
+#: How long one collection may wait for a guest in all (a frozen or dying one must not hold
+#: the timer); before a pause or kill, ``STOP_COLLECT_TIMEOUT_S``.
+COLLECT_TIMEOUT_S = 5.0
+STOP_COLLECT_TIMEOUT_S = 2.0
 #: Replies asked for in one collection; the guest's ring is smaller than this many replies.
 _MAX_ROUNDS = 8
 _MAX_MESSAGE = 8192
@@ -105,8 +106,10 @@ class SandboxLogs:
 
     async def collect(self, sandbox_id: str, *, timeout_s: float = COLLECT_TIMEOUT_S) -> int:
         """Moves what the sandbox's guest recorded since the last collection into the store;
-        returns how many entries it stored. A guest that cannot be reached is skipped (its
-        entries wait for the next collection, or are lost with the sandbox)."""
+        returns how many entries it stored. The guest gets ``timeout_s`` in all to answer;
+        one that cannot be reached in time is skipped (its entries wait for the next
+        collection, or are lost with the sandbox). Entries received are always stored before
+        the cursor moves past them, so none is stored twice."""
         lock = self._locks.setdefault(sandbox_id, asyncio.Lock())
         async with lock:
             cursor = self._cursors.get(sandbox_id)
@@ -114,9 +117,14 @@ class SandboxLogs:
                 cursor = await asyncio.to_thread(self._records.last_guest_seq, sandbox_id)
             stored = 0
             guest = self._guest_of(sandbox_id)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
             for _ in range(_MAX_ROUNDS):
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
                 try:
-                    reply = await guest.logs(cursor, timeout_s=timeout_s)
+                    reply = await guest.logs(cursor, timeout_s=left)
                 except GuestError as exc:
                     log.debug("logs.collect_skipped", sandbox=sandbox_id, error=exc.message)
                     break
@@ -218,7 +226,8 @@ class SandboxLogs:
                     await asyncio.to_thread(self._prune)
             except SandgateError as exc:
                 log.warning("logs.collect_failed", error=exc.message)
-            await asyncio.sleep(max(0.0, _COLLECT_INTERVAL_S - (loop.time() - began)))
+            interval = self._config.collect_interval_s
+            await asyncio.sleep(max(0.0, interval - (loop.time() - began)))
 
     def _running(self) -> list[str]:
         return [row.id for row in self._store.live_sandboxes() if row.state == "running"]

@@ -14,7 +14,7 @@ from sandgate.errors import SandgateError
 from sandgate.guest.client import GuestClient
 from sandgate.runtimes import Runtime
 from sandgate.store import Sandbox, Store
-from sandgate.telemetry.logs import SandboxLogs
+from sandgate.telemetry.logs import STOP_COLLECT_TIMEOUT_S, SandboxLogs
 from sandgate.telemetry.metrics import MetricsSampler
 
 __all__ = ["Telemetry"]
@@ -85,7 +85,7 @@ class Telemetry:
 
     async def before_stop(self, sandbox: Sandbox) -> None:
         try:
-            await self.logs.collect(sandbox.id)
+            await self.logs.collect(sandbox.id, timeout_s=STOP_COLLECT_TIMEOUT_S)
         except SandgateError as exc:
             log.warning("logs.final_collect_failed", sandbox=sandbox.id, error=exc.message)
 
