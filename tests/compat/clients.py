@@ -94,6 +94,11 @@ E2B_MCP_SERVER = ClientSpec(
 )
 
 
+#: The E2B CLI (``@e2b/cli``, which brings its own ``e2b``), run as a command
+#: (:meth:`PreparedClient.cli`); its scenarios are the CLI's own subcommands.
+CLI: ClientSpec = ClientSpec("js-e2b-cli-2.19.0", "js", CLIENTS_DIR / "js" / "e2b-cli-2.19.0")
+
+
 @dataclass(frozen=True)
 class PreparedClient:
     """A client whose environment is installed; runs scenario scripts with it."""
@@ -116,6 +121,13 @@ class PreparedClient:
     @property
     def node_modules(self) -> Path:
         return self.root / "pkg" / "node_modules"
+
+    def cli(self, args: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment that run this client's ``e2b`` command with ``args``:
+        ``env`` over a scrubbed copy of the test's environment, no update check."""
+        full_env = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
+        full_env.update({"NO_UPDATE_NOTIFIER": "1", **env})
+        return [str(self.node_modules / ".bin" / "e2b"), *args], full_env
 
     def script_path(self, script_name: str) -> Path:
         suffix = ".py" if self.lang == "python" else ".js"

@@ -108,15 +108,14 @@ def test_every_sdk_endpoint_is_served_or_answers_501(
 
 
 def test_unserved_endpoints_still_need_the_api_key(sandgate_server: RunningServer) -> None:
-    response = httpx.get(sandgate_server.url + "/sandboxes/abc/metrics")
+    response = httpx.get(sandgate_server.url + "/teams")
     assert response.status_code == 401
     keyed = httpx.get(
-        sandgate_server.url + "/sandboxes/abc/metrics",
-        headers={"X-API-Key": sandgate_server.api_key},
+        sandgate_server.url + "/teams", headers={"X-API-Key": sandgate_server.api_key}
     )
-    if keyed.status_code == 501:  # until metrics are served
-        assert keyed.json()["error_code"] == "not_implemented"
-        assert keyed.json()["message"].startswith("sandbox metrics is not implemented")
+    assert keyed.status_code == 501
+    assert keyed.json()["error_code"] == "not_implemented"
+    assert keyed.json()["message"].startswith("teams (Sandgate's teams are its API keys' teams)")
     stray = httpx.get(sandgate_server.url + "/no/such/thing", headers=keyed.request.headers)
     assert stray.status_code == 404
     assert stray.json()["error_code"] == "unknown_endpoint"

@@ -25,6 +25,11 @@ CONTROL_ROUTES = [
     ("POST", "/sandboxes/abc/pause"),
     ("POST", "/sandboxes/abc/resume"),
     ("PUT", "/sandboxes/abc/network"),
+    # metrics and logs (api/e2b/metrics.py, api/e2b/logs.py)
+    ("GET", "/sandboxes/metrics"),
+    ("GET", "/sandboxes/abc/metrics"),
+    ("GET", "/sandboxes/abc/logs"),
+    ("GET", "/v2/sandboxes/abc/logs"),
 ]
 #: Team secrets and volumes (issue 13): the same API key.
 TEAM_ROUTES = [
@@ -62,13 +67,23 @@ def test_AUTH_01_every_control_route_needs_a_key(
 
 def test_AUTH_01_the_route_list_is_complete(sandgate_server: RunningServer) -> None:
     """Fails when a control-plane route is added without being listed (and so tested) above."""
-    from sandgate.api.e2b.control import build_control_router
+    from sandgate.api.e2b import build_control_router, build_logs_router, build_metrics_router
     from sandgate.api.e2b.secrets import build_secrets_router
     from sandgate.api.e2b.volume_content import build_volume_content_app
     from sandgate.api.e2b.volumes import build_volumes_router
+    from sandgate.config import SandboxLogsConfig
 
-    router = build_control_router(None, None, "x")  # type: ignore[arg-type]
-    declared = {(m, r.path) for r in router.routes for m in r.methods}  # type: ignore[attr-defined]
+    routers = [
+        build_control_router(None, None, "x"),  # type: ignore[arg-type]
+        build_metrics_router(None, None),  # type: ignore[arg-type]
+        build_logs_router(None, None, SandboxLogsConfig()),  # type: ignore[arg-type]
+    ]
+    declared = {
+        (m, r.path)
+        for router in routers
+        for r in router.routes
+        for m in r.methods  # type: ignore[attr-defined]
+    }
     listed = {(m, p.replace("abc", "{sandbox_id}")) for m, p in CONTROL_ROUTES}
     assert declared == listed
     team = [build_secrets_router(None, None), build_volumes_router(None, None)]  # type: ignore[arg-type]

@@ -19,7 +19,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandgate.access import authenticate_api_key
 from sandgate.agents import build_runner, skills_hook, with_autonomy
-from sandgate.api.e2b import UploadLimits, build_control_router, build_envd_app
+from sandgate.api.e2b import (
+    UploadLimits,
+    build_control_router,
+    build_envd_app,
+    build_logs_router,
+    build_metrics_router,
+)
 from sandgate.api.e2b.secrets import build_secrets_router
 from sandgate.api.e2b.templates import build_templates_router
 from sandgate.api.e2b.unserved import CONTROL_UNSERVED, unserved_error
@@ -44,6 +50,7 @@ from sandgate.sandboxes import SandboxService
 from sandgate.sandboxes.catalog import ENVD_VERSION
 from sandgate.secrets import TeamSecrets
 from sandgate.store import SecretRecords, Store, TemplateRecords, VolumeRecords
+from sandgate.telemetry import Telemetry
 from sandgate.templates import layer_backend, prepare_template_tree, remove_stale_builds
 from sandgate.templates.builds import BuildService
 from sandgate.tools import ToolGatewayHook, build_gateway
@@ -104,6 +111,14 @@ class Application:
             state_dir=home / "egress",
             team_secrets=self.team_secrets,
         )
+        # Metrics and sandbox logs (issue 13): sampled and collected in the background.
+        self.telemetry = Telemetry(
+            config.metrics,
+            config.sandbox_logs,
+            store,
+            runtime,
+            lambda sandbox_id: self.sandboxes.guest_of(sandbox_id),
+        )
         self.sandboxes = SandboxService(
             config,
             store,
@@ -114,6 +129,7 @@ class Application:
             audit=self._audit_sandbox_event,
             network=self.egress_hook,
             volumes=self.volumes,
+            observers=[self.telemetry],
         )
         # -- team templates (issue 18): the E2B template API and its build jobs -------------
         instance = instance_id(home)
@@ -144,6 +160,9 @@ class Application:
         )
         _install_error_handlers(control)
         control.state.store = store  # read by sandgate.api.auth for every route's caller
+        # Before the control router: /sandboxes/metrics must not be read as a sandbox id.
+        control.include_router(build_metrics_router(store, self.telemetry))
+        control.include_router(build_logs_router(store, self.telemetry, config.sandbox_logs))
         control.include_router(
             build_control_router(
                 self.sandboxes,
@@ -216,6 +235,7 @@ class Application:
         self.templates.recover()
         await self.volumes.sweep()
         await self.sandboxes.start()
+        await self.telemetry.start()
         await self.agents.start()
         await self.workflows.start()  # after what its steps use: it recovers runs at once
         log.info("server.ready", runtime=self.runtime.name)
@@ -226,6 +246,7 @@ class Application:
             await self.workflows.stop()
             await self.agents.stop()
             await self.templates.stop()
+            await self.telemetry.stop()
             await self.sandboxes.stop()
             await self.gateway.registry.close()
             await asyncio.to_thread(self.gateway.approvals.close)

@@ -45,8 +45,9 @@ __all__ = [
     "parse_query",
 ]
 
-#: Query keys that are lists by contract (E2B ``GET /v2/sandboxes?state=running&state=paused``).
-MULTI_VALUED: Final = frozenset({"state"})
+#: Query keys that are lists by contract (E2B ``GET /v2/sandboxes?state=running&state=paused``,
+#: ``GET /sandboxes/metrics?sandbox_ids=a&sandbox_ids=b`` as the JS client sends it).
+MULTI_VALUED: Final = frozenset({"state", "sandbox_ids"})
 _BAD_ESCAPE: Final = re.compile(rb"%(?![0-9A-Fa-f]{2})")
 _DECIMAL: Final = re.compile(r"^(?:0|-?[1-9][0-9]{0,18})$")
 

@@ -42,6 +42,7 @@ from sandgate.config._model import (
     TlsConfig,
 )
 from sandgate.config._presets import PACKAGE_REGISTRIES, PRESETS, preset_of
+from sandgate.config._telemetry import MetricsConfig, SandboxLogsConfig
 
 __all__ = [
     "PACKAGE_REGISTRIES",
@@ -64,6 +65,7 @@ __all__ = [
     "LimitsConfig",
     "LoggingConfig",
     "McpTool",
+    "MetricsConfig",
     "ModelChoice",
     "PolicyConfig",
     "PolicyRule",
@@ -73,6 +75,7 @@ __all__ = [
     "RateLimit",
     "RuntimeConfig",
     "SandboxConfig",
+    "SandboxLogsConfig",
     "SecretBinding",
     "SecretSource",
     "ServerConfig",

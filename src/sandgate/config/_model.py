@@ -30,6 +30,7 @@ from sandgate.config._gateway import (
     ToolConfig,
     check_gateway_references,
 )
+from sandgate.config._telemetry import MetricsConfig, SandboxLogsConfig
 from sandgate.config._workflows import WorkflowsConfig, check_workflow_references
 
 
@@ -261,6 +262,9 @@ class Config(_Section):
     egress: EgressConfig = EgressConfig()
     # Workflows (config/_workflows.py): durable DAGs of steps.
     workflows: WorkflowsConfig = WorkflowsConfig()
+    # E2B metrics and sandbox logs (config/_telemetry.py).
+    metrics: MetricsConfig = MetricsConfig()
+    sandbox_logs: SandboxLogsConfig = SandboxLogsConfig()
 
     @model_validator(mode="after")
     def _gateway_references(self) -> Config:

@@ -29,6 +29,7 @@ from typing import Any
 
 from ._config import GuestConfig
 from ._errors import OpError
+from ._journal import Journal
 from ._log import log
 from ._users import User, resolve_path
 from .protocol import OUTPUT_CHUNK, PTY_CHUNK, Kind, encode_frame, encode_json
@@ -184,11 +185,13 @@ class Process:
 class ProcessTable:
     """Running processes, recently exited ones, and the operations on them."""
 
-    def __init__(self, config: GuestConfig) -> None:
+    def __init__(self, config: GuestConfig, journal: Journal | None = None) -> None:
         self._config = config
         self._loop = asyncio.get_running_loop()
         self.running: dict[int, Process] = {}
         self._exited: OrderedDict[int, Process] = OrderedDict()
+        #: What the sandbox's logs say about these processes (collected by the gateway).
+        self.journal = journal if journal is not None else Journal()
 
     def reconfigure(self, config: GuestConfig) -> None:
         """Applies new sandbox-level settings to processes started from now on."""
@@ -295,6 +298,7 @@ class ProcessTable:
             os.set_blocking(stdin_fd, False)
         proc = Process(pid, spec, cwd, stdin_fd, outputs)
         self.running[pid] = proc
+        self.journal.started(pid, argv, user.name, spec.tag, spec.pty is not None)
         for fd in outputs:
             self._loop.add_reader(fd, self._on_readable, proc, fd)
         if spec.timeout_ms:
@@ -319,6 +323,8 @@ class ProcessTable:
         self._publish(proc, proc.outputs[fd], data)
 
     def _publish(self, proc: Process, kind: int, data: bytes) -> None:
+        if kind != Kind.PTY:
+            self.journal.output(proc.pid, "stdout" if kind == Kind.STDOUT else "stderr", data)
         frame = encode_frame(kind, data)
         slow = []
         for writer in list(proc.subscribers):
@@ -415,6 +421,7 @@ class ProcessTable:
         for writer in proc.subscribers:
             if not writer.transport.is_closing():
                 writer.write(frame)
+        self.journal.ended(proc.pid, proc.end)
         proc.exited_at = time.monotonic()
         self.running.pop(proc.pid, None)
         self._exited[proc.pid] = proc

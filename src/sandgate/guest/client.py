@@ -533,6 +533,12 @@ class GuestClient:
         """Replaces the sandbox-level environment (a claimed warm sandbox gets its own)."""
         await _unary(self._open({"op": "configure", "envs": dict(envs)}))
 
+    async def logs(self, after: int, *, timeout_s: float = UNARY_TIMEOUT_S) -> dict[str, Any]:
+        """The guest's process log after sequence number ``after``, as the guest sent it
+        (``guest._journal``: ``first``, ``last``, ``more``, ``entries``); the caller checks
+        every entry (the guest speaks for the sandbox, which is not trusted)."""
+        return await _unary(self._open({"op": "logs", "after": after}), timeout_s)
+
     # ---- processes
 
     async def spawn(

@@ -281,6 +281,14 @@ class Daemon:
         self.processes.reconfigure(config)
         await self._reply(conn, {"ok": True})
 
+    async def op_logs(self, conn: socket.socket, request: dict[str, Any]) -> None:
+        """The process log since sequence number ``after`` (``_journal``)."""
+        after = request.get("after", 0)
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+            raise OpError("invalid_argument", "after must be a non-negative integer")
+        body = self.processes.journal.reply(after)
+        await self.loop.sock_sendall(conn, FRAME_HEADER.pack(Kind.JSON, len(body)) + body)
+
     async def op_list(self, conn: socket.socket, request: dict[str, Any]) -> None:
         infos = [proc.info() for proc in self.processes.running.values()]
         await self._reply(conn, {"ok": True, "processes": infos})
@@ -385,6 +393,7 @@ _HANDLERS: dict[str, Any] = {
     "envs": Daemon.op_envs,
     "configure": Daemon.op_configure,
     "list": Daemon.op_list,
+    "logs": Daemon.op_logs,
     "signal": Daemon.op_signal,
     "send_input": Daemon.op_send_input,
     "close_stdin": Daemon.op_close_stdin,

@@ -7,6 +7,7 @@ from sandgate.runtimes.base import (
     RuntimeSandbox,
     RuntimeState,
     SandboxSpec,
+    SandboxStats,
     VolumeMount,
     sandbox_seeds,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "RuntimeSandbox",
     "RuntimeState",
     "SandboxSpec",
+    "SandboxStats",
     "VolumeMount",
     "by_name_dir",
     "resolve_rootfs",

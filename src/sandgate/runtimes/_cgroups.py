@@ -9,7 +9,8 @@ freezes it for pause, and kills everything in it on kill or timeout (RES-10).
 * v1: one directory per hierarchy, ``<mount of controller>/sandgate/<name>``:
   ``memory.limit_in_bytes`` (and ``memory.memsw.limit_in_bytes`` when swap accounting is on),
   ``pids.max``, ``cpu.cfs_quota_us``; ``freezer.state``; kill = freeze, SIGKILL every task,
-  thaw.
+  thaw. ``cpuacct`` too when the host mounts it apart from ``cpu``: it counts the sandbox's
+  CPU time for its metrics (``_stats``) and limits nothing.
 
 Trust: the names come from the runtime (sandbox ids are ``[a-z0-9]+``), never from a request.
 Only root can write here; a sandbox has its own cgroup namespace and no write access.
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandgate.errors import RuntimeUnavailable
+from sandgate.runtimes._stats import CgroupFiles
 
 __all__ = ["CgroupHost", "CgroupLimits", "SandboxCgroup", "detect"]
 
@@ -33,6 +35,8 @@ _ROOT = Path("/sys/fs/cgroup")
 _PARENT = "sandgate"
 #: Controllers a sandbox needs; a host without one cannot run bwrap sandboxes.
 REQUIRED_V1 = ("memory", "pids", "cpu", "freezer")
+#: Used when present (CPU accounting for metrics); a host without it runs sandboxes all the same.
+OPTIONAL_V1 = ("cpuacct",)
 REQUIRED_V2 = ("memory", "pids", "cpu")
 _SETTLE_TIMEOUT_S = 5.0
 
@@ -71,7 +75,7 @@ def detect(mountinfo: str | None = None) -> CgroupHost:
             v2_root = mount_point
         elif fstype == "cgroup":
             for option in options:
-                if option in REQUIRED_V1:
+                if option in REQUIRED_V1 or option in OPTIONAL_V1:
                     v1.setdefault(option, mount_point)
     if v2_root is not None:
         try:
@@ -94,10 +98,23 @@ class SandboxCgroup:
             self._dirs = {"unified": host.root / _PARENT / name}
         else:
             self._dirs = {c: host.mounts[c] / _PARENT / name for c in REQUIRED_V1}
+            accounting = host.mounts.get("cpuacct")
+            if accounting is not None and accounting != host.mounts.get("cpu"):
+                self._dirs["cpuacct"] = accounting / _PARENT / name
 
     @property
     def paths(self) -> list[Path]:
         return list(self._dirs.values())
+
+    def stat_files(self) -> CgroupFiles:
+        """Where the sandbox's CPU and memory counters are (``_stats``)."""
+        if self.host.version == 2:
+            unified = self._dirs["unified"]
+            return CgroupFiles(2, unified, unified)
+        accounting = self._dirs.get("cpuacct")
+        if accounting is None and "cpuacct" in self.host.mounts:
+            accounting = self._dirs["cpu"]  # cpu and cpuacct share one hierarchy
+        return CgroupFiles(1, accounting, self._dirs["memory"])
 
     def exists(self) -> bool:
         return any(path.is_dir() for path in self._dirs.values())

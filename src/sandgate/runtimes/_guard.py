@@ -10,8 +10,10 @@ and killing them is the operator's call.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sandgate.errors import RuntimeBelowFloor
-from sandgate.runtimes.base import Runtime, RuntimeSandbox, SandboxSpec
+from sandgate.runtimes.base import Runtime, RuntimeSandbox, SandboxSpec, SandboxStats
 
 __all__ = ["FloorGuard"]
 
@@ -46,3 +48,6 @@ class FloorGuard:
 
     async def pid(self, sandbox_id: str) -> int | None:
         return await self.inner.pid(sandbox_id)
+
+    async def stats(self, sandbox_ids: Sequence[str]) -> dict[str, SandboxStats]:
+        return await self.inner.stats(sandbox_ids)

@@ -102,6 +102,11 @@ class Stage:
         return self.path / "disk" / "log" / "guest.log"
 
     @property
+    def disk(self) -> Path:
+        """The sandbox's disk: the tmpfs its layer and the guest's log live on."""
+        return self.path / "disk"
+
+    @property
     def upper(self) -> Path:
         return self.path / "disk" / "upper"
 

@@ -8,12 +8,14 @@ Services depend on this protocol only, never on Docker.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
 from sandgate.runtimes._stage import Seed, inode_limit
+from sandgate.runtimes._stats import SandboxStats
 
 __all__ = [
     "GUEST_BOOT",
@@ -28,6 +30,7 @@ __all__ = [
     "RuntimeSandbox",
     "RuntimeState",
     "SandboxSpec",
+    "SandboxStats",
     "VolumeMount",
     "guest_command",
     "inode_limit",
@@ -158,6 +161,12 @@ class Runtime(Protocol):
 
     async def pid(self, sandbox_id: str) -> int | None:
         """The host PID of the sandbox's init process, for posture checks and metrics."""
+        ...
+
+    async def stats(self, sandbox_ids: Sequence[str]) -> dict[str, SandboxStats]:
+        """One reading (CPU time, memory, disk) of each of ``sandbox_ids`` that runs here,
+        all read in one worker thread from the kernel's counters (``_stats``): no subprocess
+        and no engine call per sample. Sandboxes that are not running are left out."""
         ...
 
 

@@ -51,7 +51,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -67,7 +67,8 @@ from sandgate.runtimes._bwrap_host import (
 from sandgate.runtimes._cgroups import CgroupHost, CgroupLimits, SandboxCgroup, detect
 from sandgate.runtimes._rootfs import resolve_rootfs
 from sandgate.runtimes._seccomp import compile_profile
-from sandgate.runtimes._stage import Stage, stage_sandbox, unstage
+from sandgate.runtimes._stage import STAGE_DIR, Stage, stage_sandbox, unstage
+from sandgate.runtimes._stats import CgroupFiles, SandboxStats, read_many
 from sandgate.runtimes._uids import (
     UID_BASE,
     UIDS_PER_SANDBOX,
@@ -152,6 +153,9 @@ class BwrapRuntime:
     async def inspect(self, sandbox_id: str) -> dict[str, Any]:
         """The recorded state of a sandbox (posture tests and ``doctor`` read it)."""
         return await self._run(partial(self._read_state, sandbox_id))
+
+    async def stats(self, sandbox_ids: Sequence[str]) -> dict[str, SandboxStats]:
+        return await self._run(partial(self._stats, tuple(sandbox_ids)))
 
     # -- host checks ----------------------------------------------------------------------
 
@@ -409,6 +413,19 @@ class BwrapRuntime:
                 runtime_state = RuntimeState.RUNNING
             found.append(RuntimeSandbox(sandbox_id, str(state.get("ref", "")), runtime_state))
         return found
+
+    def _stats(self, sandbox_ids: tuple[str, ...]) -> dict[str, SandboxStats]:
+        host = self._cgroup_host
+        if host.missing:
+            return {}
+        wanted: dict[str, tuple[CgroupFiles, Path]] = {
+            sandbox_id: (
+                SandboxCgroup(host, sandbox_id).stat_files(),
+                Stage(STAGE_DIR / sandbox_id).disk,
+            )
+            for sandbox_id in sandbox_ids
+        }
+        return read_many(wanted)
 
     def _pid(self, sandbox_id: str) -> int | None:
         state = _load_state(self._state_root / sandbox_id)

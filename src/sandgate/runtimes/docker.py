@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -48,7 +48,8 @@ from sandgate.errors import RuntimeUnavailable
 from sandgate.runtimes._oci_install import RUNTIME_NAME, ensure_shim
 from sandgate.runtimes._rootfs import resolve_rootfs
 from sandgate.runtimes._seccomp import docker_profile
-from sandgate.runtimes._stage import Stage, read_info, stage_sandbox, staged, unstage
+from sandgate.runtimes._stage import STAGE_DIR, Stage, read_info, stage_sandbox, staged, unstage
+from sandgate.runtimes._stats import CgroupFiles, SandboxStats, cgroup_files_of_pid, read_many
 from sandgate.runtimes._uids import UIDS_PER_SANDBOX, claim_slot, release_slot, uid_base
 from sandgate.runtimes.base import (
     GUEST_CAPABILITIES,
@@ -102,6 +103,8 @@ class DockerRuntime:
         #: Sandboxes between staging and their container's start: ``list`` must not take
         #: their stages for orphans.
         self._creating: set[str] = set()
+        #: Each running sandbox's cgroup files, found once from its init's pid (``stats``).
+        self._cgroup_files: dict[str, CgroupFiles] = {}
 
     async def ping(self) -> str:
         version: dict[str, Any] = await self._call(lambda c: c.version())
@@ -194,6 +197,7 @@ class DockerRuntime:
                 if "already in progress" not in str(exc):
                     raise
 
+        self._cgroup_files.pop(sandbox_id, None)
         await self._call(remove)
         await asyncio.to_thread(self._cleanup, sandbox_id)
 
@@ -246,6 +250,25 @@ class DockerRuntime:
             return pid or None
 
         return await self._call(inspect)
+
+    async def stats(self, sandbox_ids: Sequence[str]) -> dict[str, SandboxStats]:
+        """Reads each container's cgroup directly; the engine is asked only once per sandbox,
+        for the pid that leads to its cgroup."""
+        for sandbox_id in sandbox_ids:
+            if sandbox_id not in self._cgroup_files:
+                pid = await self.pid(sandbox_id)
+                files = await asyncio.to_thread(cgroup_files_of_pid, pid) if pid else None
+                if files is not None:
+                    self._cgroup_files[sandbox_id] = files
+        wanted = {
+            sandbox_id: (self._cgroup_files[sandbox_id], Stage(STAGE_DIR / sandbox_id).disk)
+            for sandbox_id in sandbox_ids
+            if sandbox_id in self._cgroup_files
+        }
+        found = await asyncio.to_thread(read_many, wanted)
+        for sandbox_id in wanted.keys() - found.keys():
+            self._cgroup_files.pop(sandbox_id, None)  # gone, or its files moved: find again
+        return found
 
     async def inspect(self, sandbox_id: str) -> dict[str, Any]:
         """The engine's raw view of a sandbox (posture tests and ``doctor`` read it)."""

@@ -1,6 +1,7 @@
 """Extension points of the sandbox lifecycle, for services that live beside each sandbox
 (the tool gateway's per-sandbox socket, generated tool stubs, the egress bridge), change a
-live one's egress (``NetworkUpdater``) or lend it team volumes (``VolumeLender``)."""
+live one's egress (``NetworkUpdater``), lend it team volumes (``VolumeLender``), and for
+those that watch sandboxes (telemetry: metrics and logs; ``LifecycleObserver``)."""
 
 from __future__ import annotations
 
@@ -51,4 +52,17 @@ class VolumeLender(Protocol):
 
     def release(self, mounts: Sequence[VolumeMount]) -> None:
         """Ends a ``claim``'s hold (the sandbox's row now names the volumes, or it failed)."""
+        ...
+
+
+class LifecycleObserver(Protocol):
+    async def on_event(self, event: str, sandbox: Sandbox, detail: Mapping[str, Any]) -> None:
+        """Called after each lifecycle event the service audits (``sandbox.created``,
+        ``sandbox.paused``, ``sandbox.resumed``, ``sandbox.killed`` with a ``reason``,
+        ``command.started``), with the sandbox's row as it was. Must not raise."""
+        ...
+
+    async def before_stop(self, sandbox: Sandbox) -> None:
+        """Called while a running sandbox's guest still answers, just before it is paused or
+        killed; the service waits for it, so it must be quick and bounded. Must not raise."""
         ...

@@ -40,7 +40,7 @@ from sandgate.guest.client import Ended, GuestClient, GuestError, GuestUnavailab
 from sandgate.guest.protocol import EGRESS_PROXY_PORT
 from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec, VolumeMount, sandbox_seeds
 from sandgate.sandboxes.catalog import resolve
-from sandgate.sandboxes.hooks import NetworkUpdater, SandboxHook, VolumeLender
+from sandgate.sandboxes.hooks import LifecycleObserver, NetworkUpdater, SandboxHook, VolumeLender
 from sandgate.sandboxes.publish import publish_file
 from sandgate.sandboxes.state import SandboxState, check_transition
 from sandgate.store import LIVE_STATES, Sandbox, SandboxPage, Store, Template, TemplateRecords
@@ -121,6 +121,7 @@ class SandboxService:
         audit: AuditSink | None = None,
         network: NetworkUpdater | None = None,
         volumes: VolumeLender | None = None,
+        observers: Sequence[LifecycleObserver] = (),
     ) -> None:
         """``network`` serves ``update_network`` (the egress hook); ``volumes`` lends team
         volumes to creates that ask for them. Without either, those requests are refused."""
@@ -134,6 +135,7 @@ class SandboxService:
         self._guest_zipapp = guest_zipapp
         self._hooks = list(hooks)
         self._audit = audit
+        self._observers = list(observers)
         self._pending_audit: set[asyncio.Task[None]] = set()
         self._root = config.home_dir / "sandboxes"
         self._routes: dict[str, Route] = {}
@@ -408,6 +410,7 @@ class SandboxService:
         async with self._lock(sandbox_id):
             row = self.get(principal, sandbox_id)
             check_transition(row.id, SandboxState(row.state), SandboxState.PAUSED)
+            await self._before_stop(row)
             self._routes.pop(row.id, None)
             await self._runtime.pause(row.id)
             self._store.update_sandbox(row.id, state=SandboxState.PAUSED.value)
@@ -419,7 +422,7 @@ class SandboxService:
     ) -> None:
         """Audits a started process without delaying it: the record is written (and fsynced)
         in the background; ``stop`` waits for records still being written."""
-        if self._audit is None:
+        if self._audit is None and not self._observers:
             return
         row = self._store.sandbox(sandbox_id)
         if row is None:
@@ -441,7 +444,10 @@ class SandboxService:
 
     async def _record(self, event: str, row: Sandbox, **detail: Any) -> None:
         """One audit record of a sandbox event; a failure to write it is logged, not raised:
-        the lifecycle action has already happened and must not be reported as failed."""
+        the lifecycle action has already happened and must not be reported as failed.
+        Observers (telemetry) hear of it too."""
+        for observer in self._observers:
+            await observer.on_event(event, row, detail)
         if self._audit is None:
             return
         record = {
@@ -455,6 +461,10 @@ class SandboxService:
             await self._audit(record)
         except SandgateError as exc:
             log.error("audit.write_failed", event=event, sandbox=row.id, error=exc.message)
+
+    async def _before_stop(self, row: Sandbox) -> None:
+        for observer in self._observers:
+            await observer.before_stop(row)
 
     def _lock(self, sandbox_id: str) -> asyncio.Lock:
         return self._locks.setdefault(sandbox_id, asyncio.Lock())
@@ -672,6 +682,8 @@ class SandboxService:
         row = self._store.sandbox(sandbox_id)
         if row is not None and row.state in LIVE_STATES:
             check_transition(sandbox_id, SandboxState(row.state), SandboxState.KILLED)
+        if row is not None and row.state == SandboxState.RUNNING.value:
+            await self._before_stop(row)
         await self._runtime.kill(sandbox_id)
         await self._detach(sandbox_id)
         shutil.rmtree(self._root / sandbox_id, ignore_errors=True)
@@ -712,6 +724,11 @@ class SandboxService:
     async def _detach(self, sandbox_id: str) -> None:
         for hook in self._hooks:
             await hook.detach(sandbox_id)
+
+    def guest_of(self, sandbox_id: str) -> GuestClient:
+        """A client for a sandbox's guest, whatever the sandbox's state (for observers such
+        as telemetry, which ask only sandboxes they know run); no ownership check."""
+        return self._guest(sandbox_id)
 
     def _guest(self, sandbox_id: str) -> GuestClient:
         return GuestClient(

@@ -3,6 +3,7 @@
 from sandgate.store._agents import ACTIVE_RUN_STATES, AgentRecords
 from sandgate.store._secrets import SecretRecords
 from sandgate.store._store import LIVE_STATES, SandboxPage, Store
+from sandgate.store._telemetry import TelemetryRecords
 from sandgate.store._templates import TemplateRecords
 from sandgate.store._volumes import VolumeRecords
 from sandgate.store._workflows import WorkflowRecords
@@ -13,6 +14,8 @@ from sandgate.store.models import (
     ApiKey,
     AuditEntry,
     Sandbox,
+    SandboxLogEntry,
+    SandboxMetricSample,
     Team,
     TeamSecret,
     Template,
@@ -38,11 +41,14 @@ __all__ = [
     "ApiKey",
     "AuditEntry",
     "Sandbox",
+    "SandboxLogEntry",
+    "SandboxMetricSample",
     "SandboxPage",
     "SecretRecords",
     "Store",
     "Team",
     "TeamSecret",
+    "TelemetryRecords",
     "Template",
     "TemplateBuild",
     "TemplateBuildLog",

@@ -5,7 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -318,3 +328,48 @@ class AgentRunEvent(Base):
     type: Mapped[str] = mapped_column(String(32))
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
     time: Mapped[datetime]
+
+
+# -- sandbox telemetry (telemetry/): E2B metrics and sandbox logs ---------------------------
+
+
+class SandboxMetricSample(Base):
+    """One sample of a running sandbox's resource use (E2B's ``SandboxMetric``); bytes and
+    milliseconds since the epoch. Kept for ``metrics.retention_hours``."""
+
+    __tablename__ = "sandbox_metrics"
+    __table_args__ = (Index("ix_sandbox_metrics_sandbox_time", "sandbox_id", "time_ms"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    sandbox_id: Mapped[str] = mapped_column(String(64))
+    time_ms: Mapped[int] = mapped_column(BigInteger)
+    cpu_count: Mapped[int] = mapped_column(Integer)
+    cpu_used_pct: Mapped[float]
+    mem_used: Mapped[int] = mapped_column(BigInteger)
+    mem_total: Mapped[int] = mapped_column(BigInteger)
+    mem_cache: Mapped[int] = mapped_column(BigInteger)
+    disk_used: Mapped[int] = mapped_column(BigInteger)
+    disk_total: Mapped[int] = mapped_column(BigInteger)
+
+
+class SandboxLogEntry(Base):
+    """One entry of a sandbox's log: a lifecycle event the gateway saw, or an event of a
+    process inside (start, a line of output, end) the guest recorded. ``fields`` are strings
+    (E2B's ``SandboxLogEntry.fields``); ``size`` counts the entry's bytes for the table cap;
+    ``guest_seq`` is the guest's sequence number (None for the gateway's own entries), so
+    collection resumes where it stopped, across gateway restarts."""
+
+    __tablename__ = "sandbox_log_entries"
+    __table_args__ = (
+        Index("ix_sandbox_log_entries_sandbox_time", "sandbox_id", "time_ms"),
+        Index("ix_sandbox_log_entries_sandbox_seq", "sandbox_id", "guest_seq"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    sandbox_id: Mapped[str] = mapped_column(String(64))
+    time_ms: Mapped[int] = mapped_column(BigInteger)
+    level: Mapped[str] = mapped_column(String(8))
+    message: Mapped[str] = mapped_column(Text)
+    fields: Mapped[dict[str, Any]] = mapped_column(JSON)
+    size: Mapped[int] = mapped_column(Integer)
+    guest_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

@@ -37,66 +37,23 @@ def _pattern(template: str) -> re.Pattern[str]:
     return re.compile(re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)))
 
 
-_TEMPLATES = "the E2B template API (build templates with `sandgate templates build`)"
-_METRICS = "sandbox metrics"
-_LOGS = "sandbox logs"
-_SECRETS = "the secrets API"
-_VOLUMES = "volumes"
+_TEMPLATES = (
+    "the v1 template build API (the SDKs and the E2B CLI build through /v3 and /v2, served here)"
+)
 
 #: Control-plane endpoints (``api.<domain>``, and ``E2B_VOLUME_API_URL``'s volume content).
 CONTROL_UNSERVED: Final = (
-    Unserved("GET", "/sandboxes/metrics", _METRICS),
-    Unserved("GET", "/sandboxes/{sandboxID}/metrics", _METRICS),
-    Unserved("GET", "/sandboxes/{sandboxID}/logs", _LOGS),
-    Unserved("GET", "/v2/sandboxes/{sandboxID}/logs", _LOGS),
-    Unserved("PUT", "/sandboxes/{sandboxID}/network", "network updates (update_network)"),
     Unserved("POST", "/sandboxes/{sandboxID}/fork", "sandbox fork"),
     Unserved("POST", "/sandboxes/{sandboxID}/refreshes", "sandbox refreshes"),
     Unserved("POST", "/sandboxes/{sandboxID}/snapshots", "snapshots"),
     Unserved("GET", "/snapshots", "snapshots"),
-    Unserved("GET", "/secrets", _SECRETS),
-    Unserved("POST", "/secrets", _SECRETS),
-    Unserved("GET", "/secrets/{secretID}", _SECRETS),
-    Unserved("POST", "/secrets/{secretID}", _SECRETS),
-    Unserved("DELETE", "/secrets/{secretID}", _SECRETS),
-    Unserved("GET", "/volumes", _VOLUMES),
-    Unserved("POST", "/volumes", _VOLUMES),
-    Unserved("GET", "/volumes/{volumeID}", _VOLUMES),
-    Unserved("DELETE", "/volumes/{volumeID}", _VOLUMES),
-    Unserved("GET", "/volumecontent/{volumeID}/dir", _VOLUMES),
-    Unserved("POST", "/volumecontent/{volumeID}/dir", _VOLUMES),
-    Unserved("GET", "/volumecontent/{volumeID}/file", _VOLUMES),
-    Unserved("PUT", "/volumecontent/{volumeID}/file", _VOLUMES),
-    Unserved("GET", "/volumecontent/{volumeID}/path", _VOLUMES),
-    Unserved("PATCH", "/volumecontent/{volumeID}/path", _VOLUMES),
-    Unserved("DELETE", "/volumecontent/{volumeID}/path", _VOLUMES),
     Unserved("GET", "/teams", "teams (Sandgate's teams are its API keys' teams)"),
     Unserved("GET", "/teams/{teamID}/metrics", "team metrics"),
     Unserved("GET", "/teams/{teamID}/metrics/max", "team metrics"),
-    Unserved("GET", "/default-templates", _TEMPLATES),
-    Unserved("GET", "/templates", _TEMPLATES),
     Unserved("POST", "/templates", _TEMPLATES),
-    Unserved("GET", "/v2/templates", _TEMPLATES),
     Unserved("POST", "/v2/templates", _TEMPLATES),
-    Unserved("POST", "/v3/templates", _TEMPLATES),
-    Unserved("GET", "/templates/aliases/{alias}", _TEMPLATES),
-    Unserved("POST", "/templates/tags", _TEMPLATES),
-    Unserved("DELETE", "/templates/tags", _TEMPLATES),
-    Unserved("GET", "/templates/{templateID}", _TEMPLATES),
     Unserved("POST", "/templates/{templateID}", _TEMPLATES),
-    Unserved("PATCH", "/templates/{templateID}", _TEMPLATES),
-    Unserved("DELETE", "/templates/{templateID}", _TEMPLATES),
-    Unserved("PATCH", "/v2/templates/{templateID}", _TEMPLATES),
     Unserved("POST", "/templates/{templateID}/builds/{buildID}", _TEMPLATES),
-    Unserved("POST", "/v2/templates/{templateID}/builds/{buildID}", _TEMPLATES),
-    Unserved("GET", "/templates/{templateID}/builds/{buildID}/status", _TEMPLATES),
-    Unserved("GET", "/templates/{templateID}/builds/{buildID}/logs", _TEMPLATES),
-    Unserved("GET", "/templates/{templateID}/files/{hash}", _TEMPLATES),
-    Unserved("GET", "/templates/{templateID}/tags", _TEMPLATES),
-    Unserved("GET", "/templates/{templateID}/tags/count", _TEMPLATES),
-    Unserved("GET", "/templates/{templateID}/tags/exists", _TEMPLATES),
-    Unserved("GET", "/templates/{templateID}/tags/groups", _TEMPLATES),
-    Unserved("GET", "/templates/{templateID}/tags/{tag}/assignments", _TEMPLATES),
 )
 
 #: envd's REST side (port 49983); its RPCs answer Connect ``unimplemented`` themselves.

@@ -1,0 +1,191 @@
+"""Durable records of sandbox telemetry: metric samples and log entries (``telemetry/``).
+
+Kept beside ``_store.py`` so each reads on one screen; the telemetry service calls these
+methods (from a worker thread: they block) and never sees SQLAlchemy. Every table here is
+bounded: samples by age, log entries by a ring per sandbox, by age and by a cap on the table's
+total size (``prune_logs``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from sandgate.store._store import Store
+from sandgate.store.models import SandboxLogEntry, SandboxMetricSample
+
+__all__ = ["TelemetryRecords"]
+
+#: Rows read per round while looking for the cut of the size cap.
+_PRUNE_BATCH = 5000
+
+
+class TelemetryRecords:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    # -- metrics --------------------------------------------------------------------------
+
+    def add_samples(self, samples: Iterable[SandboxMetricSample]) -> None:
+        """Adds one batch in one transaction."""
+        with self._store.session() as s:
+            s.add_all(list(samples))
+
+    def samples(
+        self, sandbox_id: str, start_ms: int, end_ms: int, limit: int
+    ) -> Sequence[SandboxMetricSample]:
+        """Oldest first, ``start_ms <= time_ms <= end_ms``, at most ``limit``."""
+        with self._store.session() as s:
+            query = (
+                select(SandboxMetricSample)
+                .where(
+                    SandboxMetricSample.sandbox_id == sandbox_id,
+                    SandboxMetricSample.time_ms >= start_ms,
+                    SandboxMetricSample.time_ms <= end_ms,
+                )
+                .order_by(SandboxMetricSample.time_ms, SandboxMetricSample.id)
+                .limit(limit)
+            )
+            return s.scalars(query).all()
+
+    def count_samples(self, sandbox_id: str, start_ms: int, end_ms: int) -> int:
+        with self._store.session() as s:
+            query = select(func.count()).where(
+                SandboxMetricSample.sandbox_id == sandbox_id,
+                SandboxMetricSample.time_ms >= start_ms,
+                SandboxMetricSample.time_ms <= end_ms,
+            )
+            return int(s.scalar(query) or 0)
+
+    def latest_samples(self, sandbox_ids: Sequence[str]) -> dict[str, SandboxMetricSample]:
+        """The newest sample of each of ``sandbox_ids`` that has one."""
+        if not sandbox_ids:
+            return {}
+        with self._store.session() as s:
+            newest = (
+                select(
+                    SandboxMetricSample.sandbox_id,
+                    func.max(SandboxMetricSample.time_ms).label("time_ms"),
+                )
+                .where(SandboxMetricSample.sandbox_id.in_(list(sandbox_ids)))
+                .group_by(SandboxMetricSample.sandbox_id)
+                .subquery()
+            )
+            query = select(SandboxMetricSample).join(
+                newest,
+                (SandboxMetricSample.sandbox_id == newest.c.sandbox_id)
+                & (SandboxMetricSample.time_ms == newest.c.time_ms),
+            )
+            return {row.sandbox_id: row for row in s.scalars(query)}
+
+    def prune_samples(self, before_ms: int) -> int:
+        """Deletes samples older than ``before_ms``; returns how many."""
+        with self._store.session() as s:
+            result = s.execute(
+                delete(SandboxMetricSample).where(SandboxMetricSample.time_ms < before_ms)
+            )
+            return int(getattr(result, "rowcount", 0) or 0)
+
+    # -- logs -----------------------------------------------------------------------------
+
+    def add_log_entries(self, entries: Sequence[SandboxLogEntry], ring: int) -> None:
+        """Adds ``entries`` (in one transaction) and trims each sandbox they belong to back to
+        its newest ``ring`` entries."""
+        if not entries:
+            return
+        with self._store.session() as s:
+            s.add_all(list(entries))
+            s.flush()
+            for sandbox_id in {entry.sandbox_id for entry in entries}:
+                _trim(s, sandbox_id, ring)
+
+    def log_entries(
+        self,
+        sandbox_id: str,
+        *,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        newest_first: bool = False,
+        limit: int,
+    ) -> Sequence[SandboxLogEntry]:
+        """Entries of ``sandbox_id`` with ``start_ms <= time_ms <= end_ms`` (bounds optional),
+        oldest first unless ``newest_first``; ties keep the order they were written in."""
+        with self._store.session() as s:
+            query = select(SandboxLogEntry).where(SandboxLogEntry.sandbox_id == sandbox_id)
+            if start_ms is not None:
+                query = query.where(SandboxLogEntry.time_ms >= start_ms)
+            if end_ms is not None:
+                query = query.where(SandboxLogEntry.time_ms <= end_ms)
+            if newest_first:
+                query = query.order_by(SandboxLogEntry.time_ms.desc(), SandboxLogEntry.id.desc())
+            else:
+                query = query.order_by(SandboxLogEntry.time_ms, SandboxLogEntry.id)
+            return s.scalars(query.limit(limit)).all()
+
+    def last_guest_seq(self, sandbox_id: str) -> int:
+        """The highest guest sequence number stored for ``sandbox_id`` (0: none)."""
+        with self._store.session() as s:
+            query = select(func.max(SandboxLogEntry.guest_seq)).where(
+                SandboxLogEntry.sandbox_id == sandbox_id
+            )
+            return int(s.scalar(query) or 0)
+
+    def prune_logs(self, before_ms: int, max_total_bytes: int) -> int:
+        """Deletes entries older than ``before_ms``, then the oldest entries of any sandbox
+        until the table holds at most ``max_total_bytes``; returns how many went."""
+        with self._store.session() as s:
+            result = s.execute(delete(SandboxLogEntry).where(SandboxLogEntry.time_ms < before_ms))
+            removed = int(getattr(result, "rowcount", 0) or 0)
+            total = int(s.scalar(select(func.coalesce(func.sum(SandboxLogEntry.size), 0))) or 0)
+            excess = total - max_total_bytes
+            if excess <= 0:
+                return removed
+            cut = _size_cut(s, excess)
+            result = s.execute(delete(SandboxLogEntry).where(SandboxLogEntry.id <= cut))
+            return removed + int(getattr(result, "rowcount", 0) or 0)
+
+    def log_bytes(self) -> int:
+        """The table's total size as counted by ``prune_logs``."""
+        with self._store.session() as s:
+            return int(s.scalar(select(func.coalesce(func.sum(SandboxLogEntry.size), 0))) or 0)
+
+
+def _trim(s: Session, sandbox_id: str, ring: int) -> None:
+    cut = s.execute(
+        select(SandboxLogEntry.time_ms, SandboxLogEntry.id)
+        .where(SandboxLogEntry.sandbox_id == sandbox_id)
+        .order_by(SandboxLogEntry.time_ms.desc(), SandboxLogEntry.id.desc())
+        .offset(ring)
+        .limit(1)
+    ).first()
+    if cut is None:
+        return
+    time_ms, entry_id = cut
+    s.execute(
+        delete(SandboxLogEntry).where(
+            SandboxLogEntry.sandbox_id == sandbox_id,
+            (SandboxLogEntry.time_ms < time_ms)
+            | ((SandboxLogEntry.time_ms == time_ms) & (SandboxLogEntry.id <= entry_id)),
+        )
+    )
+
+
+def _size_cut(s: Session, excess: int) -> int:
+    """The id up to which (in write order) the oldest entries add up to ``excess`` bytes."""
+    after = 0
+    while True:
+        rows = s.execute(
+            select(SandboxLogEntry.id, SandboxLogEntry.size)
+            .where(SandboxLogEntry.id > after)
+            .order_by(SandboxLogEntry.id)
+            .limit(_PRUNE_BATCH)
+        ).all()
+        if not rows:
+            return after
+        for entry_id, size in rows:
+            excess -= size
+            after = entry_id
+            if excess <= 0:
+                return after
