@@ -4,11 +4,13 @@
 and not accepted (``floors.py``). Every path that starts a sandbox goes through
 ``Runtime.create`` (API creates, the warm pool, ``sandgate run``/``chat``), so refusing there
 covers them all. Sandboxes that already exist (started before, under an exception since
-removed) can still be listed, paused, resumed and killed: refusing those would strand them,
-and killing them is the operator's call.
+removed) can still be listed, paused, resumed, saved (snapshots) and killed: refusing those
+would strand them, and killing them is the operator's call.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from sandgate.errors import RuntimeBelowFloor
 from sandgate.runtimes.base import Runtime, RuntimeSandbox, SandboxSpec
@@ -46,3 +48,9 @@ class FloorGuard:
 
     async def pid(self, sandbox_id: str) -> int | None:
         return await self.inner.pid(sandbox_id)
+
+    async def layer_in_use(self, sandbox_id: str) -> int:
+        return await self.inner.layer_in_use(sandbox_id)
+
+    async def save_layer(self, sandbox_id: str, archive: Path) -> int:
+        return await self.inner.save_layer(sandbox_id, archive)

@@ -101,6 +101,10 @@ class SandboxSpec:
     #: the ``sudo`` shim); see ``sandbox_seeds``.
     seeds: tuple[Seed, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
+    #: A layer archive (``Runtime.save_layer``) the sandbox's layer starts as, instead of
+    #: empty: a snapshot restored or a sandbox paused to disk coming back. Processes are not
+    #: in it; the sandbox boots fresh over these files.
+    layer: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,17 @@ class Runtime(Protocol):
 
     async def pid(self, sandbox_id: str) -> int | None:
         """The host PID of the sandbox's init process, for posture checks and metrics."""
+        ...
+
+    async def layer_in_use(self, sandbox_id: str) -> int:
+        """Bytes in use on the sandbox's disk: the most ``save_layer`` will write."""
+        ...
+
+    async def save_layer(self, sandbox_id: str, archive: Path) -> int:
+        """Writes the sandbox's layer (every file it has written, owners relative to its uid
+        range) to ``archive``, which must not exist, and returns its size. The sandbox must be
+        paused (frozen) so the copy is consistent; it stays as it is. Nothing is left at
+        ``archive`` on failure."""
         ...
 
 
