@@ -18,7 +18,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandgate.agents import build_runner, skills_hook, with_autonomy
-from sandgate.api.e2b import UploadLimits, build_control_router, build_envd_app
+from sandgate.api.e2b import (
+    UploadLimits,
+    build_control_router,
+    build_envd_app,
+    build_snapshots_router,
+)
 from sandgate.api.errors import e2b_error, e2b_error_response
 from sandgate.api.mcp import MCP_PATH, McpHttp
 from sandgate.api.ports import PortProxy
@@ -103,6 +108,8 @@ class Application:
                 reaches_internet=self.egress_hook.reaches_internet,
             )
         )
+        # Snapshots and forks (issue 18); DELETE /templates/{id} is a snapshot's delete first.
+        control.include_router(build_snapshots_router(self.sandboxes, config.server.domain))
         control.include_router(build_v1_router(self.gateway, store))
         control.include_router(build_agents_router(self.agents, store))  # agent runner
         # -- MCP over streamable HTTP (issue 7): /v1/mcp, same keys; sessions in _lifespan --

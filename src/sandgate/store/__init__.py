@@ -1,7 +1,8 @@
 """Durable state: SQLAlchemy 2 models and Alembic migrations; SQLite or PostgreSQL."""
 
 from sandgate.store._agents import ACTIVE_RUN_STATES, AgentRecords
-from sandgate.store._store import LIVE_STATES, SandboxPage, Store
+from sandgate.store._snapshots import SnapshotPage, SnapshotRecords
+from sandgate.store._store import KEPT_STATES, LIVE_STATES, SandboxPage, Store
 from sandgate.store.models import (
     AgentRun,
     AgentRunEvent,
@@ -9,12 +10,14 @@ from sandgate.store.models import (
     ApiKey,
     AuditEntry,
     Sandbox,
+    Snapshot,
     Team,
     Template,
 )
 
 __all__ = [
     "ACTIVE_RUN_STATES",
+    "KEPT_STATES",
     "LIVE_STATES",
     "AgentRecords",
     "AgentRun",
@@ -24,6 +27,9 @@ __all__ = [
     "AuditEntry",
     "Sandbox",
     "SandboxPage",
+    "Snapshot",
+    "SnapshotPage",
+    "SnapshotRecords",
     "Store",
     "Team",
     "Template",

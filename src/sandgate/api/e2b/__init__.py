@@ -2,6 +2,13 @@
 
 from sandgate.api.e2b.control import CLIENT_ID, build_control_router
 from sandgate.api.e2b.envd import build_envd_app
+from sandgate.api.e2b.snapshots import build_snapshots_router
 from sandgate.api.e2b.uploads import UploadLimits
 
-__all__ = ["CLIENT_ID", "UploadLimits", "build_control_router", "build_envd_app"]
+__all__ = [
+    "CLIENT_ID",
+    "UploadLimits",
+    "build_control_router",
+    "build_envd_app",
+    "build_snapshots_router",
+]
