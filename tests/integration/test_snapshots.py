@@ -4,6 +4,7 @@ saves of paused sandboxes, names, and the errors bad calls get."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,23 @@ def test_saves_and_disk_paused_sandboxes_survive_a_gateway_crash(
     saves = server.home / "snapshots"
     before = sorted(p.name for p in saves.iterdir())
     assert len(before) == 2  # the snapshot and the paused sandbox's layer
+    # The operator's view: both saves with their sizes, and the sandbox as stored.
+    listed_saves = [
+        json.loads(line) for line in server.cli("snapshots", "list", "--json").stdout.splitlines()
+    ]
+    assert sorted((r["kind"], r["name"]) for r in listed_saves) == [
+        ("pause", None),
+        ("snapshot", "kept:default"),
+    ]
+    assert sorted(r["id"] for r in listed_saves) == before and all(
+        r["bytes"] > 0 for r in listed_saves
+    )
+    sandboxes = [
+        json.loads(line) for line in server.cli("sandbox", "list", "--json").stdout.splitlines()
+    ]
+    assert {"id": sid, "state": "stored"}.items() <= next(
+        r for r in sandboxes if r["id"] == sid
+    ).items()
 
     server.kill()
     # What a crash mid-save leaves: a partial directory, and files no row names.
@@ -289,3 +307,28 @@ def test_snapshot_listing_pages_and_refuses_bad_cursors(runtime_server: RunningS
         for snapshot_id in made:
             httpx.delete(f"{server.url}/templates/{snapshot_id}", headers=_h(server))
         httpx.delete(f"{server.url}/sandboxes/{sid}", headers=_h(server))
+
+
+def test_each_fork_succeeds_or_fails_on_its_own(
+    runtime_server_factory: Callable[..., RunningServer],
+) -> None:
+    server = runtime_server_factory(extra_env={"SANDGATE_LIMITS__MAX_SANDBOXES_PER_TEAM": "3"})
+    source = create(server.url, server.api_key, timeout=300, metadata={"role": "source"})
+    sid, token = source["sandboxID"], source["envdAccessToken"]
+    assert run(server.url, sid, token, "echo f > /home/user/f").exit_code == 0
+    forked = _post(server, f"/sandboxes/{sid}/fork", {"count": 4, "timeout": 60})
+    assert forked.status_code == 201, forked.text
+    entries = forked.json()
+    started = [entry["sandbox"] for entry in entries if "sandbox" in entry]
+    refused = [entry["error"] for entry in entries if "error" in entry]
+    assert len(started) == 2 and len(refused) == 2, entries
+    for error in refused:
+        assert error["code"] == 429 and "limits.max_sandboxes_per_team" in error["message"]
+    for fork in started:
+        out = run(server.url, fork["sandboxID"], fork["envdAccessToken"], "cat /home/user/f")
+        assert out.stdout == "f\n", out
+        info = httpx.get(f"{server.url}/sandboxes/{fork['sandboxID']}", headers=_h(server))
+        assert info.json()["metadata"] == {"role": "source"}
+    # The shared capture is given back once the forks started.
+    assert list((server.home / "snapshots").iterdir()) == []
+    assert _state(server, sid) == "running"

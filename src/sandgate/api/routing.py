@@ -178,8 +178,9 @@ class Router:
 
         SECURITY: only a request that would be let through once it runs wakes it: the access
         token on envd's port, the traffic token (or none, for public ports) on the others.
-        ``GET /health`` and signed URLs carry no token and do not wake a sandbox; an
-        unauthorised request sees the paused sandbox as any other: not running."""
+        A request without one (a bare ``GET /health``, a signed URL, a wrong token) wakes
+        nothing and sees the paused sandbox as any other: not running. (The SDKs send the
+        token with every envd call, ``is_running()`` included, and so wake it.)"""
         asleep = self._service.wakeable(sandbox_id)
         if asleep is None:
             return None

@@ -6,7 +6,9 @@ opaque (``trusted.overlay.opaque``). A *layer archive* is that directory as a PO
 
 * owners are stored **relative to the sandbox's uid range** (host uid ``base + k`` is stored as
   ``k``), so the archive restores into any other sandbox's range; ids in POSIX ACLs likewise;
-* modes, times, symlinks, hard links, FIFOs and whiteouts are kept exactly; sockets are
+* modes, symlinks, hard links, FIFOs and whiteouts are kept exactly, modification times to the
+  second (as in Docker's image layers; a sub-second time would cost each file a second
+  header, doubling the per-file cost of saving and restoring); sockets are
   dropped (they mean nothing without their process), and so are other device nodes (no
   sandbox can make one: it holds no ``CAP_MKNOD``);
 * extended attributes in ``trusted.overlay.*`` (overlayfs's own: opaque, origin, impure…),
@@ -79,12 +81,13 @@ def export_layer(upper: Path, base: int, archive: Path) -> LayerStats:
     fd = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         with os.fdopen(fd, "wb") as raw:
-            with tarfile.open(
+            with tarfile.TarFile(
                 fileobj=raw,
                 mode="w",
                 format=tarfile.PAX_FORMAT,
                 encoding="utf-8",
                 errors="surrogateescape",
+                copybufsize=_COPY_CHUNK,
             ) as tar:
                 writer = _Writer(tar, base)
                 writer.write_tree(upper)
@@ -136,7 +139,7 @@ class _Writer:
         info.mode = stat.S_IMODE(st.st_mode)
         info.uid = self._inside(st.st_uid)
         info.gid = self._inside(st.st_gid)
-        info.mtime = st.st_mtime
+        info.mtime = int(st.st_mtime)  # whole seconds, as Docker's layers: one header a file
         info.uname = info.gname = ""
         data: IO[bytes] | None = None
         kind = stat.S_IFMT(st.st_mode)
@@ -243,8 +246,13 @@ def import_layer(archive: Path, upper: Path, base: int, *, disk_mib: int) -> Non
     (``disk_mib``) and ``SnapshotDamaged`` for an archive that is not a layer archive or
     breaks a rule above; the caller discards the half-filled upper."""
     try:
-        with tarfile.open(archive, "r:", encoding="utf-8", errors="surrogateescape") as tar:
-            _Reader(tar, upper, base).restore()
+        with (
+            open(archive, "rb") as raw,
+            tarfile.TarFile(
+                fileobj=raw, mode="r", encoding="utf-8", errors="surrogateescape"
+            ) as tar,
+        ):
+            _Reader(tar, raw.fileno(), upper, base).restore()
     except FileNotFoundError as exc:
         if exc.filename == str(archive):
             raise SnapshotNotFound(
@@ -274,8 +282,9 @@ class _Pending:
 
 
 class _Reader:
-    def __init__(self, tar: tarfile.TarFile, upper: Path, base: int) -> None:
+    def __init__(self, tar: tarfile.TarFile, archive_fd: int, upper: Path, base: int) -> None:
         self._tar = tar
+        self._archive_fd = archive_fd
         self._base = base
         self._root = os.open(upper, _DIR_OPEN)
         #: The open directories of the path being filled: (parts, fd), root first.
@@ -358,21 +367,29 @@ class _Reader:
     def _write_file(
         self, parent: int, name: str, member: tarfile.TarInfo, uid: int, gid: int
     ) -> None:
+        if member.issparse():
+            raise SnapshotDamaged(f"{member.name!r} is a sparse member (not a layer archive)")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(name, flags, 0o600, dir_fd=parent)
         try:
-            source = self._tar.extractfile(member)
-            if source is None:
-                raise SnapshotDamaged(f"{member.name!r} has no data")
-            with source:
-                while chunk := source.read(_COPY_CHUNK):
-                    _write_all(fd, chunk)
+            self._copy_data(member, fd)
             os.fchown(fd, uid, gid)  # before the mode: chown clears set-id bits
             os.fchmod(fd, member.mode & 0o7777)
             self._set_xattrs(fd, member)
             os.utime(fd, (member.mtime, member.mtime))
         finally:
             os.close(fd)
+
+    def _copy_data(self, member: tarfile.TarInfo, fd: int) -> None:
+        """A member's data is contiguous in the archive: the kernel copies it (``sendfile``
+        at an explicit offset leaves the archive's read position alone)."""
+        offset, left = member.offset_data, member.size
+        while left:
+            sent = os.sendfile(fd, self._archive_fd, offset, min(left, 1 << 30))
+            if sent == 0:
+                raise SnapshotDamaged(f"{member.name!r} is cut short (the archive is truncated)")
+            offset += sent
+            left -= sent
 
     def _finish_dir(
         self, fd: int, parts: tuple[str, ...], member: tarfile.TarInfo, uid: int, gid: int
@@ -458,10 +475,3 @@ def _parts(name: str) -> tuple[str, ...]:
     if any(part in ("", ".", "..") for part in parts):
         raise SnapshotDamaged(f"a layer archive names {name[:80]!r}")
     return parts
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
