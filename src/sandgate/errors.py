@@ -18,7 +18,8 @@
     │       └── ApprovalDenied    approval_denied  403   (a person said no, or nobody answered)
     ├── NotFound                  not_found        404   not_found
     │   ├── SandboxNotFound       sandbox_not_found
-    │   └── TemplateNotFound      template_not_found
+    │   ├── TemplateNotFound      template_not_found
+    │   └── SnapshotNotFound      snapshot_not_found
     ├── Conflict                  conflict         409   already_exists
     ├── PayloadTooLarge           too_large        413   resource_exhausted
     ├── DiskFull                  disk_full        507   resource_exhausted
@@ -29,6 +30,7 @@
     │   └── RuntimeBelowFloor     runtime_below_floor 503 (kernel/runtime below a patched floor)
     ├── SandboxUnavailable        sandbox_unavailable 502 unavailable
     ├── TemplateBuildError        template_build_failed 500 internal
+    ├── SnapshotDamaged           snapshot_damaged 500  internal  (a saved layer cannot be read)
     ├── ToolFailed                tool_failed      502   (the tool ran and failed)
     │   └── ToolTimeout           tool_timeout     504
     ├── AuditUnavailable          audit_unavailable 503  (calls fail closed)
@@ -76,6 +78,8 @@ __all__ = [
     "SandboxNotFound",
     "SandboxUnavailable",
     "SandgateError",
+    "SnapshotDamaged",
+    "SnapshotNotFound",
     "TemplateBuildError",
     "TemplateNotFound",
     "ToolFailed",
@@ -174,6 +178,12 @@ class TemplateNotFound(NotFound):
     code = "template_not_found"
 
 
+class SnapshotNotFound(NotFound):
+    """No snapshot of the caller's team has this id or name (another team's looks the same)."""
+
+    code = "snapshot_not_found"
+
+
 class Conflict(SandgateError):
     code = "conflict"
     status = 409
@@ -189,7 +199,8 @@ class PayloadTooLarge(SandgateError):
 
 class DiskFull(SandgateError):
     """A write does not fit the sandbox's disk (full, quota used up, or a file larger than the
-    disk). E2B answers 507 here; its SDKs raise ``NotEnoughSpaceException``."""
+    disk), or a snapshot does not fit the gateway's disk. E2B answers 507 here; its SDKs raise
+    ``NotEnoughSpaceException``."""
 
     code = "disk_full"
     status = 507
@@ -226,6 +237,14 @@ class SandboxUnavailable(SandgateError):
 
 class TemplateBuildError(SandgateError):
     code = "template_build_failed"
+    status = 500
+
+
+class SnapshotDamaged(SandgateError):
+    """A saved sandbox disk (a snapshot, or the layer of a sandbox paused to disk) cannot be
+    read back: its archive is missing, truncated or breaks a rule of ``runtimes._layer``."""
+
+    code = "snapshot_damaged"
     status = 500
 
 

@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sandgate.access import authenticate_api_key
+from sandgate.access import Principal, authenticate_api_key
 from sandgate.agents import build_runner, skills_hook, with_autonomy
 from sandgate.api.e2b import (
     UploadLimits,
@@ -25,6 +25,7 @@ from sandgate.api.e2b import (
     build_envd_app,
     build_logs_router,
     build_metrics_router,
+    build_snapshots_router,
 )
 from sandgate.api.e2b.secrets import build_secrets_router
 from sandgate.api.e2b.templates import build_templates_router
@@ -41,7 +42,7 @@ from sandgate.api.v1.agents import build_agents_router
 from sandgate.api.v1.workflows import build_workflows_router
 from sandgate.config import Config
 from sandgate.egress import EgressHook
-from sandgate.errors import SandgateError
+from sandgate.errors import SandgateError, TemplateNotFound
 from sandgate.guest import build_zipapp
 from sandgate.runtimes import Runtime
 from sandgate.runtimes.floors import FloorReport
@@ -172,6 +173,15 @@ class Application:
                 public_traffic=config.sandbox.allow_public_traffic,
             )
         )
+        # Snapshots and forks (issue 18), before the templates: DELETE /templates/{id} deletes
+        # a snapshot of that id or name first, else the team template.
+        control.include_router(
+            build_snapshots_router(
+                self.sandboxes,
+                config.server.sandbox_domain,
+                delete_template=self._delete_template,
+            )
+        )
         control.include_router(
             build_templates_router(
                 self.templates,
@@ -224,6 +234,15 @@ class Application:
         """An API change (a secret, a volume): written before the call answers; a failure
         is the caller's 503 (the change is made, its record is not)."""
         await asyncio.to_thread(self.gateway.audit.append, record)
+
+    async def _delete_template(self, caller: Principal, ref: str) -> bool:
+        """``DELETE /templates/{ref}`` for a ref that names no snapshot: the team template's
+        delete; False when the team has no template of that name."""
+        try:
+            await self.templates.delete(caller.team_id, ref)
+        except TemplateNotFound:
+            return False
+        return True
 
     @asynccontextmanager
     async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:

@@ -25,7 +25,9 @@ wrong token gets the same 401 as an unknown one. Other ports are private unless 
 created with ``network.allowPublicTraffic``: they need its ``trafficAccessToken`` in
 ``E2B-Traffic-Access-Token`` (as E2B with public traffic off), or the access token. Unknown
 or dead sandboxes get E2B's 502 JSON, so SDKs report "sandbox not running"; that answer, and
-``/health``'s, tell whether an id exists (as on E2B; ids are 129 random bits).
+``/health``'s, tell whether an id exists (as on E2B; ids are 129 random bits). A paused
+sandbox created with ``autoResume`` is resumed by the first request that carries its token
+(``Router._wake``), then served as usual.
 """
 
 from __future__ import annotations
@@ -130,6 +132,8 @@ class Router:
             return
         port, sandbox_id = target
         route = self._service.route(sandbox_id) if _ID.match(sandbox_id) else None
+        if route is None and _ID.match(sandbox_id):
+            route = await self._wake(sandbox_id, port, headers)
         if route is None:
             await send_json(
                 scope,
@@ -164,6 +168,25 @@ class Router:
             )
             return
         await self._ports(scope, receive, send)
+
+    async def _wake(self, sandbox_id: str, port: int, headers: dict[str, str]) -> Route | None:
+        """Resumes a paused ``auto_resume`` sandbox for this request (E2B's auto-resume).
+
+        SECURITY: only a request that would be let through once it runs wakes it: the access
+        token on envd's port, the traffic token (or none, for public ports) on the others.
+        A request without one (a bare ``GET /health``, a signed URL, a wrong token) wakes
+        nothing and sees the paused sandbox as any other: not running. (The SDKs send the
+        token with every envd call, ``is_running()`` included, and so wake it.)"""
+        asleep = self._service.wakeable(sandbox_id)
+        if asleep is None:
+            return None
+        if port == ENVD_PORT:
+            allowed = tokens_equal(headers.get("x-access-token"), asleep.access_token)
+        else:
+            allowed = _may_use_port(headers, asleep)
+        if not allowed:
+            return None
+        return await self._service.wake(sandbox_id)
 
 
 async def _refuse_upgrade(scope: Scope, send: Send, headers: dict[str, str], plane: str) -> None:

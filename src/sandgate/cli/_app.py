@@ -16,6 +16,7 @@ from sandgate.cli.run import run
 from sandgate.cli.runs import runs_app
 from sandgate.cli.sandbox import sandbox_app
 from sandgate.cli.serve import serve
+from sandgate.cli.snapshots import snapshots_app
 from sandgate.cli.templates import templates_app
 from sandgate.cli.tools import tools_app
 from sandgate.cli.workflows import workflows_app
@@ -32,6 +33,7 @@ app.command("doctor")(doctor)
 app.add_typer(keys_app, name="keys")
 app.add_typer(templates_app, name="templates")
 app.add_typer(sandbox_app, name="sandbox")
+app.add_typer(snapshots_app, name="snapshots")
 app.command("run")(run)
 app.add_typer(tools_app, name="tools")
 app.add_typer(policy_app, name="policy")

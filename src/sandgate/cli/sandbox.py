@@ -26,9 +26,9 @@ def list_sandboxes(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
     config: ConfigOption = None,
 ) -> None:
-    """Lists live sandboxes of every team."""
+    """Lists the sandboxes of every team (paused to disk ones too, state ``stored``)."""
     store = open_store(load(config))
-    rows = store.live_sandboxes()
+    rows = store.kept_sandboxes()
     if as_json:
         for row in rows:
             print(

@@ -185,6 +185,14 @@ class LimitsConfig(_Section):
     max_volumes_per_team: int = Field(20, ge=0)
     #: Team secrets (E2B ``Secret``) per team.
     max_secrets_per_team: int = Field(100, ge=0)
+    #: Host disk a team's saved sandbox disks may hold (snapshots, sandboxes paused to disk,
+    #: fork captures in flight), in MiB, under ``$SANDGATE_HOME/snapshots``. A save that
+    #: would cross it is refused with 429; deleting a snapshot, resuming or killing a sandbox
+    #: gives the space back.
+    max_snapshot_mib_per_team: int = Field(20480, ge=0)
+    #: How long a paused sandbox (memory kept or paused to disk) is kept before the reaper
+    #: kills it; its ``endAt`` while paused. Resuming starts a new timeout.
+    paused_retention_s: int = Field(30 * 24 * 3600, ge=60)
 
     @property
     def max_upload_bytes(self) -> int:

@@ -4,13 +4,14 @@
 and not accepted (``floors.py``). Every path that starts a sandbox goes through
 ``Runtime.create`` (API creates, the warm pool, ``sandgate run``/``chat``), so refusing there
 covers them all. Sandboxes that already exist (started before, under an exception since
-removed) can still be listed, paused, resumed and killed: refusing those would strand them,
-and killing them is the operator's call.
+removed) can still be listed, paused, resumed, saved (snapshots) and killed: refusing those
+would strand them, and killing them is the operator's call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from sandgate.errors import RuntimeBelowFloor
 from sandgate.runtimes.base import Runtime, RuntimeSandbox, SandboxSpec, SandboxStats
@@ -51,3 +52,9 @@ class FloorGuard:
 
     async def stats(self, sandbox_ids: Sequence[str]) -> dict[str, SandboxStats]:
         return await self.inner.stats(sandbox_ids)
+
+    async def layer_in_use(self, sandbox_id: str) -> int:
+        return await self.inner.layer_in_use(sandbox_id)
+
+    async def save_layer(self, sandbox_id: str, archive: Path) -> int:
+        return await self.inner.save_layer(sandbox_id, archive)

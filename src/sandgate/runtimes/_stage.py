@@ -49,9 +49,20 @@ from sandgate.runtimes._idmap import (
     idmapped_bind,
     slot_userns,
 )
+from sandgate.runtimes._layer import LayerStats, export_layer, import_layer, layer_usage
 from sandgate.runtimes._uids import RUNTIME_DIR, UIDS_PER_SANDBOX
 
-__all__ = ["STAGE_DIR", "Seed", "Stage", "inode_limit", "stage_sandbox", "staged", "unstage"]
+__all__ = [
+    "STAGE_DIR",
+    "Seed",
+    "Stage",
+    "inode_limit",
+    "layer_in_use",
+    "save_layer",
+    "stage_sandbox",
+    "staged",
+    "unstage",
+]
 
 STAGE_DIR = RUNTIME_DIR / "stage"
 #: Inodes per MiB of the sandbox's disk: one per 16 KiB, ext4's default ratio.
@@ -135,12 +146,15 @@ def stage_sandbox(
     info: Mapping[str, Any] | None = None,
     userns: bool = False,
     volumes: Sequence[Path] = (),
+    layer: Path | None = None,
 ) -> Stage:
     """Builds the stage for ``sandbox_id`` (uid range starting at host uid ``base``) from the
     template tree ``tree``; on failure nothing is left mounted. ``info`` is recorded in
     ``stage.json`` next to the paths; ``userns`` also binds the slot's user namespace at
     ``<stage>/userns`` (for runtimes that join one instead of making it); each of ``volumes``
-    (a volume's host mount) is bound at ``stage.volume(n)``, idmapped like the template."""
+    (a volume's host mount) is bound at ``stage.volume(n)``, idmapped like the template.
+    ``layer`` is a layer archive (``save_layer``) the sandbox's layer starts as: a snapshot's
+    or a paused sandbox's files, restored into this range before the overlay is mounted."""
     STAGE_DIR.mkdir(parents=True, exist_ok=True)
     for path in (RUNTIME_DIR, STAGE_DIR):
         path.chmod(0o711)
@@ -190,6 +204,8 @@ def stage_sandbox(
         upper.chmod(top.st_mode & 0o7777)
         work.mkdir(mode=0o700)
         log.mkdir(mode=0o700)
+        if layer is not None:
+            import_layer(layer, upper, base, disk_mib=disk_mib)
         overlay = f"lowerdir={lower},upperdir={upper},workdir={work}"
         _mount(b"overlay", stage.root, b"overlay", _MS_NOSUID | _MS_NODEV, overlay.encode())
         pts = f"newinstance,max={max_ptys},ptmxmode=0666,mode=0620,gid={base + TTY_GID}"
@@ -242,6 +258,24 @@ def unstage(sandbox_id: str) -> None:
         (path / _STAGE_FILE).unlink()
     with contextlib.suppress(OSError):
         path.rmdir()
+
+
+def save_layer(sandbox_id: str, archive: Path) -> LayerStats:
+    """Writes the staged sandbox's layer (``disk/upper``) to ``archive`` with owners relative
+    to its uid range (``_layer``); the sandbox must be frozen."""
+    base = read_info(sandbox_id).get("uid_base")
+    if not isinstance(base, int):
+        raise RuntimeUnavailable(f"sandbox {sandbox_id} is not staged on this host")
+    return export_layer(Stage(STAGE_DIR / sandbox_id).upper, base, archive)
+
+
+def layer_in_use(sandbox_id: str) -> int:
+    """Bytes in use on the staged sandbox's disk: what ``save_layer`` writes at most (plus
+    archive headers)."""
+    upper = Stage(STAGE_DIR / sandbox_id).upper
+    if not upper.is_dir():
+        raise RuntimeUnavailable(f"sandbox {sandbox_id} is not staged on this host")
+    return layer_usage(upper)
 
 
 def staged() -> Iterator[str]:

@@ -119,6 +119,10 @@ class SandboxSpec:
     #: Team volumes to mount, parents before children.
     volumes: tuple[VolumeMount, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
+    #: A layer archive (``Runtime.save_layer``) the sandbox's layer starts as, instead of
+    #: empty: a snapshot restored or a sandbox paused to disk coming back. Processes are not
+    #: in it; the sandbox boots fresh over these files.
+    layer: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,17 @@ class Runtime(Protocol):
         """One reading (CPU time, memory, disk) of each of ``sandbox_ids`` that runs here,
         all read in one worker thread from the kernel's counters (``_stats``): no subprocess
         and no engine call per sample. Sandboxes that are not running are left out."""
+        ...
+
+    async def layer_in_use(self, sandbox_id: str) -> int:
+        """Bytes in use on the sandbox's disk: the most ``save_layer`` will write."""
+        ...
+
+    async def save_layer(self, sandbox_id: str, archive: Path) -> int:
+        """Writes the sandbox's layer (every file it has written, owners relative to its uid
+        range) to ``archive``, which must not exist, and returns its size. The sandbox must be
+        paused (frozen) so the copy is consistent; it stays as it is. Nothing is left at
+        ``archive`` on failure."""
         ...
 
 

@@ -67,7 +67,14 @@ from sandgate.runtimes._bwrap_host import (
 from sandgate.runtimes._cgroups import CgroupHost, CgroupLimits, SandboxCgroup, detect
 from sandgate.runtimes._rootfs import resolve_rootfs
 from sandgate.runtimes._seccomp import compile_profile
-from sandgate.runtimes._stage import STAGE_DIR, Stage, stage_sandbox, unstage
+from sandgate.runtimes._stage import (
+    STAGE_DIR,
+    Stage,
+    layer_in_use,
+    save_layer,
+    stage_sandbox,
+    unstage,
+)
 from sandgate.runtimes._stats import CgroupFiles, SandboxStats, read_many
 from sandgate.runtimes._uids import (
     UID_BASE,
@@ -149,6 +156,12 @@ class BwrapRuntime:
 
     async def pid(self, sandbox_id: str) -> int | None:
         return await self._run(partial(self._pid, sandbox_id))
+
+    async def layer_in_use(self, sandbox_id: str) -> int:
+        return await self._run(partial(layer_in_use, sandbox_id))
+
+    async def save_layer(self, sandbox_id: str, archive: Path) -> int:
+        return (await self._run(partial(save_layer, sandbox_id, archive))).size_bytes
 
     async def inspect(self, sandbox_id: str) -> dict[str, Any]:
         """The recorded state of a sandbox (posture tests and ``doctor`` read it)."""
@@ -233,6 +246,7 @@ class BwrapRuntime:
             seeds=spec.seeds,
             info={"instance": self._instance_id, "runtime": "bwrap", "slot": slot},
             volumes=[volume.source for volume in spec.volumes],
+            layer=spec.layer,
         )
         fds: list[int] = []
         try:

@@ -48,7 +48,16 @@ from sandgate.errors import RuntimeUnavailable
 from sandgate.runtimes._oci_install import RUNTIME_NAME, ensure_shim
 from sandgate.runtimes._rootfs import resolve_rootfs
 from sandgate.runtimes._seccomp import docker_profile
-from sandgate.runtimes._stage import STAGE_DIR, Stage, read_info, stage_sandbox, staged, unstage
+from sandgate.runtimes._stage import (
+    STAGE_DIR,
+    Stage,
+    layer_in_use,
+    read_info,
+    save_layer,
+    stage_sandbox,
+    staged,
+    unstage,
+)
 from sandgate.runtimes._stats import CgroupFiles, SandboxStats, cgroup_files_of_pid, read_many
 from sandgate.runtimes._uids import UIDS_PER_SANDBOX, claim_slot, release_slot, uid_base
 from sandgate.runtimes.base import (
@@ -166,6 +175,7 @@ class DockerRuntime:
                 info={"instance": self._instance_id, "runtime": "docker", "slot": slot},
                 userns=True,
                 volumes=[volume.source for volume in spec.volumes],
+                layer=spec.layer,
             )
         except BaseException:
             self._cleanup(spec.sandbox_id)
@@ -215,6 +225,13 @@ class DockerRuntime:
 
     async def resume(self, sandbox_id: str) -> None:
         await self._call(lambda c: c.api.unpause(_name(sandbox_id)))
+
+    async def layer_in_use(self, sandbox_id: str) -> int:
+        return await _on_host(partial(layer_in_use, sandbox_id))
+
+    async def save_layer(self, sandbox_id: str, archive: Path) -> int:
+        """The staged layer is on this host whatever the engine does (``_stage``)."""
+        return (await _on_host(partial(save_layer, sandbox_id, archive))).size_bytes
 
     async def list(self) -> list[RuntimeSandbox]:
         def listing(client: Any) -> list[dict[str, Any]]:
@@ -347,6 +364,13 @@ class DockerRuntime:
                 else docker.from_env(timeout=60)
             )
         return func(self._client)
+
+
+async def _on_host(func: Callable[[], T]) -> T:
+    try:
+        return await asyncio.to_thread(func)
+    except OSError as exc:
+        raise RuntimeUnavailable(f"docker runtime: {exc}") from None
 
 
 def _name(sandbox_id: str) -> str:

@@ -1,9 +1,12 @@
-"""Sandbox lifecycle: create, connect, list, time out, kill, and find them again after a crash.
+"""Sandbox lifecycle: create, connect, list, time out, pause, save, fork, kill, and find them
+again after a crash.
 
 The store is the source of truth for what exists and who owns it; the runtime is asked only
-to start, stop and enumerate. Every public method checks ownership: a team sees and touches
-only its own sandboxes, and a sandbox that belongs to another team is reported exactly like
-one that does not exist.
+to start, stop, freeze, save a layer and enumerate. Every public method checks ownership: a
+team sees and touches only its own sandboxes, and a sandbox that belongs to another team is
+reported exactly like one that does not exist. Saved disks (snapshots, sandboxes paused to
+disk, fork captures) are ``snapshots.SnapshotService``'s; the moves between states are
+``state.py``'s table.
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ from sandgate.access import Principal, new_access_token, traffic_token
 from sandgate.config import Config
 from sandgate.errors import (
     Conflict,
+    DiskFull,
     InvalidRequest,
     LimitExceeded,
     QuotaExceeded,
     SandboxNotFound,
     SandboxUnavailable,
     SandgateError,
+    SnapshotDamaged,
     TemplateNotFound,
 )
 from sandgate.guest.client import Ended, GuestClient, GuestError, GuestUnavailable, Output
@@ -42,8 +47,18 @@ from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec, VolumeMount, s
 from sandgate.sandboxes.catalog import resolve
 from sandgate.sandboxes.hooks import LifecycleObserver, NetworkUpdater, SandboxHook, VolumeLender
 from sandgate.sandboxes.publish import publish_file
-from sandgate.sandboxes.state import SandboxState, check_transition
-from sandgate.store import LIVE_STATES, Sandbox, SandboxPage, Store, Template, TemplateRecords
+from sandgate.sandboxes.snapshots import SnapshotName, SnapshotService
+from sandgate.sandboxes.state import SandboxState, SnapshotKind, check_transition
+from sandgate.store import (
+    KEPT_STATES,
+    LIVE_STATES,
+    Sandbox,
+    SandboxPage,
+    Snapshot,
+    Store,
+    Template,
+    TemplateRecords,
+)
 
 __all__ = ["CreateRequest", "Route", "SandboxService"]
 
@@ -66,6 +81,9 @@ _SWEEP_INTERVAL_S = 10.0
 _SWEEP_GRACE_S = 5.0
 #: Characters of a command line kept in its audit record (the rest is only hashed).
 _PREVIEW = 200
+#: Sandboxes one fork call may start (E2B's SDKs allow 1..20), and how many boot at once.
+MAX_FORK_COUNT = 20
+_FORK_PARALLEL = 4
 
 AuditSink = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -85,6 +103,11 @@ class CreateRequest:
     network: dict[str, Any] | None = None
     #: Team volumes to mount, ``[{"name", "path"}]`` (E2B ``volumeMounts``).
     volume_mounts: tuple[dict[str, str], ...] = ()
+    #: E2B ``lifecycle``: what the reaper does at the deadline ("kill" or "pause"), whether
+    #: that pause keeps memory, and whether a paused sandbox wakes on traffic.
+    on_timeout: str = "kill"
+    auto_pause_memory: bool = True
+    auto_resume: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,26 +168,39 @@ class SandboxService:
         self._locks: dict[str, asyncio.Lock] = {}
         self._filling: dict[str, asyncio.Task[None]] = {}
         self._suspects: dict[str, asyncio.Task[None]] = {}
+        self._snapshots = SnapshotService(config, store, runtime)
 
     @property
     def runtime(self) -> Runtime:
         return self._runtime
 
+    @property
+    def snapshots(self) -> SnapshotService:
+        return self._snapshots
+
     # -- lifecycle ------------------------------------------------------------------------
 
-    async def create(self, principal: Principal, request: CreateRequest) -> Sandbox:
-        """Starts a sandbox and returns its row once the guest answers.
+    async def create(
+        self, principal: Principal, request: CreateRequest, *, source: Snapshot | None = None
+    ) -> Sandbox:
+        """Starts a sandbox and returns its row once the guest answers. ``request.template``
+        names a template or one of the team's snapshots (its files, template and envVars;
+        ``request.envs`` are added); ``source`` gives a save directly (a fork's capture).
 
         Raises ``TemplateNotFound``, ``LimitExceeded`` (a value beyond a configured cap),
         ``QuotaExceeded`` (too many sandboxes), ``NotFound``/``InvalidRequest`` (a volume to
-        mount), ``RuntimeUnavailable``. On any failure nothing is left behind: no row, no
-        container, no directory.
+        mount), ``DiskFull`` (a snapshot bigger than the sandbox's disk),
+        ``RuntimeUnavailable``. On any failure nothing is left behind: no row, no container,
+        no directory.
         """
+        _check_lifecycle(request)
+        if source is None:
+            source = self._snapshots.resolve(principal.team_id, request.template)
         timeout_s = self._check_timeout(request.timeout_s)
         cpu = self._check_range(
             "cpuCount",
             request.cpu_count,
-            self._limits.default_cpu_count,
+            source.cpu_count if source is not None else self._limits.default_cpu_count,
             1,
             self._limits.max_cpu_count,
             "limits.max_cpu_count",
@@ -172,12 +208,20 @@ class SandboxService:
         memory = self._check_range(
             "memoryMB",
             request.memory_mb,
-            self._limits.default_memory_mb,
+            source.memory_mb if source is not None else self._limits.default_memory_mb,
             64,
             self._limits.max_memory_mb,
             "limits.max_memory_mb",
         )
-        template = resolve(self._store, principal.team_id, request.template)
+        if source is not None:
+            template = self._store.template_by_name_or_id(source.template_id)
+            if template is None:
+                raise TemplateNotFound(
+                    f"snapshot '{request.template}' was taken from a template that no longer "
+                    "exists; rebuild it or delete the snapshot"
+                )
+        else:
+            template = resolve(self._store, principal.team_id, request.template)
         if template is None:
             raise TemplateNotFound(
                 f"template '{request.template}' not found: build it (E2B `Template.build`, "
@@ -186,7 +230,9 @@ class SandboxService:
             )
         mounts = await self._claim_volumes(principal.team_id, request.volume_mounts)
         try:
-            return await self._create(principal, request, template, timeout_s, cpu, memory, mounts)
+            return await self._create(
+                principal, request, template, source, timeout_s, cpu, memory, mounts
+            )
         finally:
             if mounts and self._volumes is not None:
                 self._volumes.release(mounts)
@@ -205,14 +251,22 @@ class SandboxService:
         principal: Principal,
         request: CreateRequest,
         template: Template,
+        source: Snapshot | None,
         timeout_s: int,
         cpu: int,
         memory: int,
         mounts: tuple[VolumeMount, ...],
     ) -> Sandbox:
+        layer: Path | None = None
+        saved_envs: dict[str, str] = {}
+        if source is not None:
+            layer = self._snapshots.archive(source)
+            saved_envs = self._snapshots.envs_in(source)
+        image_ref = source.image_ref if source is not None else template.image_ref
         now = datetime.now(UTC)
-        # A warm sandbox has no volumes: a create that mounts some boots its own.
-        warm = None if mounts else await self._take_warm(template, cpu, memory)
+        # A warm sandbox has no volumes and no saved files: such a create boots its own.
+        fresh = bool(mounts) or source is not None
+        warm = None if fresh else await self._take_warm(template, cpu, memory)
         row = Sandbox(
             id=warm.sandbox_id if warm is not None else _new_id(),
             team_id=principal.team_id,
@@ -237,7 +291,13 @@ class SandboxService:
             started_at=now,
             end_at=now + timedelta(seconds=timeout_s),
             ended_at=None,
+            image_ref=image_ref,
+            timeout_s=timeout_s,
+            on_timeout=request.on_timeout,
+            auto_pause_memory=request.auto_pause_memory,
+            auto_resume=request.auto_resume,
         )
+        user_envs = {**saved_envs, **request.envs}
         try:
             async with self._admission:
                 self._check_quotas(principal.team_id)
@@ -248,9 +308,10 @@ class SandboxService:
             raise
         host_dir = self._root / row.id
         try:
+            self._snapshots.remember_envs(row.id, user_envs)
             if warm is not None:
                 extra_envs = await self._attach(row, host_dir)
-                envs = {**(template.envs or {}), **extra_envs, **request.envs}
+                envs = {**(template.envs or {}), **extra_envs, **user_envs}
                 await self._guest(row.id).configure(envs)
                 _publish_envs(host_dir, envs)
                 ref = warm.ref
@@ -259,7 +320,14 @@ class SandboxService:
                 host_dir.mkdir(parents=True, mode=0o755)
                 extra_envs = await self._attach(row, host_dir)
                 ref = await self._boot(
-                    row.id, template, cpu, memory, {**extra_envs, **request.envs}, mounts
+                    row.id,
+                    template,
+                    cpu,
+                    memory,
+                    {**extra_envs, **user_envs},
+                    mounts,
+                    image_ref=image_ref,
+                    layer=layer,
                 )
         except BaseException:
             await self._discard(row.id)
@@ -271,8 +339,13 @@ class SandboxService:
             raise _not_found(row.id)
         TemplateRecords(self._store).count_spawn(template.id, now)
         self._routes[row.id] = self._route_of(row)
+        snapshot_id = source.id if source is not None else None
         await self._record(
-            "sandbox.created", started, template=template.name, warm=warm is not None
+            "sandbox.created",
+            started,
+            template=template.name,
+            warm=warm is not None,
+            snapshot=snapshot_id,
         )
         log.info(
             "sandbox.created",
@@ -280,6 +353,7 @@ class SandboxService:
             template=template.name,
             team=row.team_id,
             warm=warm is not None,
+            snapshot=snapshot_id,
         )
         return started
 
@@ -297,14 +371,18 @@ class SandboxService:
         memory: int,
         envs: dict[str, str],
         volumes: tuple[VolumeMount, ...] = (),
+        *,
+        image_ref: str | None = None,
+        layer: Path | None = None,
     ) -> str:
         """Starts a sandbox's container in an existing host directory and waits until its
-        guest (and the template's service) answers; returns the runtime reference."""
+        guest (and the template's service) answers; returns the runtime reference. ``layer``
+        is a saved layer its disk starts as; ``image_ref`` the image it was saved over."""
         host_dir = self._root / sandbox_id
         self._prepare_host_dir(host_dir, {**(template.envs or {}), **envs}, template)
         spec = SandboxSpec(
             sandbox_id=sandbox_id,
-            image_ref=template.image_ref,
+            image_ref=image_ref or template.image_ref,
             host_dir=host_dir,
             cpu_count=cpu,
             memory_mb=memory,
@@ -314,6 +392,7 @@ class SandboxService:
             max_ptys=self._limits.max_ptys,
             seeds=sandbox_seeds(),
             volumes=volumes,
+            layer=layer,
         )
         ref = await self._runtime.create(spec)
         await self._wait_ready(sandbox_id)
@@ -382,40 +461,294 @@ class SandboxService:
                 shutil.rmtree(self._root / warm.sandbox_id, ignore_errors=True)
 
     async def connect(
-        self, principal: Principal, sandbox_id: str, timeout_s: int | None
+        self,
+        principal: Principal,
+        sandbox_id: str,
+        timeout_s: int | None,
+        *,
+        memory: bool | None = None,
     ) -> tuple[Sandbox, bool]:
         """Returns the sandbox and whether it had to be resumed. A running sandbox's deadline
-        is only ever extended here, never shortened; a paused one is resumed first."""
+        is only ever extended here, never shortened. A paused one is resumed first and gets
+        ``now + timeout``: thawed (memory kept) or, when it was paused to disk or
+        ``memory`` is False (E2B's ``on_resume="reboot"``), cold-booted over its saved
+        files with the same id and token. Raises ``QuotaExceeded`` when a cold boot would
+        cross the sandbox quotas."""
         row = self.get(principal, sandbox_id)
         timeout = self._check_timeout(timeout_s)
-        resumed = row.state == SandboxState.PAUSED.value
-        if resumed:
+        resumed = False
+        if row.state in (SandboxState.PAUSED, SandboxState.STORED, SandboxState.RESUMING):
             async with self._lock(row.id):
                 row = self.get(principal, sandbox_id)
-                resumed = row.state == SandboxState.PAUSED.value
-                if resumed:
-                    check_transition(row.id, SandboxState.PAUSED, SandboxState.RUNNING)
-                    await self._runtime.resume(row.id)
-                    self._store.update_sandbox(row.id, state=SandboxState.RUNNING.value)
-                    await self._record("sandbox.resumed", row)
-                    log.info("sandbox.resumed", sandbox=row.id)
-        new_end = max(row.end_at, datetime.now(UTC) + timedelta(seconds=timeout))
-        updated = self._store.update_sandbox(row.id, end_at=new_end)
-        if updated is None:
-            raise _not_found(sandbox_id)
-        return updated, resumed
+                resumed = row.state in (SandboxState.PAUSED, SandboxState.STORED)
+                if row.state == SandboxState.PAUSED and memory is False:
+                    row = await self._store_to_disk(row)
+                if row.state == SandboxState.PAUSED:
+                    row = await self._thaw(row, timeout)
+                elif row.state == SandboxState.STORED:
+                    row = await self._cold_resume(row, timeout)
+        if not resumed:
+            new_end = max(row.end_at, datetime.now(UTC) + timedelta(seconds=timeout))
+            updated = self._store.update_sandbox(row.id, end_at=new_end)
+            if updated is None:
+                raise _not_found(sandbox_id)
+            row = updated
+        return row, resumed
 
-    async def pause(self, principal: Principal, sandbox_id: str) -> None:
-        """Freezes an owned running sandbox; raises ``Conflict`` if it is already paused."""
+    async def pause(
+        self,
+        principal: Principal,
+        sandbox_id: str,
+        *,
+        memory: bool = True,
+        require_healthy_guest: bool = False,
+    ) -> None:
+        """Pauses an owned running sandbox: frozen with its memory (``memory``), or its files
+        saved to disk and its processes and memory freed (resume cold-boots it). Raises
+        ``Conflict`` if it is already paused (either way) or still starting, and
+        ``SandboxUnavailable`` when ``require_healthy_guest`` and its guest does not answer."""
         async with self._lock(sandbox_id):
             row = self.get(principal, sandbox_id)
-            check_transition(row.id, SandboxState(row.state), SandboxState.PAUSED)
+            current = SandboxState(row.state)
+            if current in (SandboxState.PAUSED, SandboxState.STORED):
+                check_transition(row.id, current, current)  # "cannot pause …: it is paused"
+            if require_healthy_guest and not await self._guest_alive(row.id):
+                raise SandboxUnavailable(
+                    f"sandbox {row.id}'s guest does not answer; it was not paused"
+                )
+            if memory:
+                await self._freeze(row)
+            else:
+                await self._store_to_disk(row)
+
+    async def _freeze(self, row: Sandbox) -> Sandbox:
+        """RUNNING → PAUSED (the caller holds the sandbox's lock)."""
+        check_transition(row.id, SandboxState(row.state), SandboxState.PAUSED)
+        await self._before_stop(row)
+        self._routes.pop(row.id, None)
+        await self._runtime.pause(row.id)
+        paused = self._store.update_sandbox(
+            row.id, state=SandboxState.PAUSED.value, end_at=self._paused_until()
+        )
+        await self._record("sandbox.paused", row, memory=True)
+        log.info("sandbox.paused", sandbox=row.id, memory=True)
+        return paused or row
+
+    async def _thaw(self, row: Sandbox, timeout_s: int) -> Sandbox:
+        """PAUSED → RUNNING with a new deadline (the caller holds the sandbox's lock)."""
+        check_transition(row.id, SandboxState.PAUSED, SandboxState.RUNNING)
+        await self._runtime.resume(row.id)
+        thawed = self._store.update_sandbox(
+            row.id,
+            state=SandboxState.RUNNING.value,
+            end_at=datetime.now(UTC) + timedelta(seconds=timeout_s),
+        )
+        if thawed is None:
+            raise _not_found(row.id)
+        await self._record("sandbox.resumed", row, memory=True)
+        log.info("sandbox.resumed", sandbox=row.id, memory=True)
+        return thawed
+
+    async def _store_to_disk(self, row: Sandbox) -> Sandbox:
+        """RUNNING or PAUSED → STORED: saves the layer, then ends the sandbox's processes and
+        frees its memory, uid range and disk; its host directory and envVars stay for the
+        cold boot (the caller holds the sandbox's lock). On failure the sandbox is as it was."""
+        current = SandboxState(row.state)
+        check_transition(row.id, current, SandboxState.STORED)
+        if current == SandboxState.RUNNING:
             await self._before_stop(row)
-            self._routes.pop(row.id, None)
+        self._routes.pop(row.id, None)
+        if current == SandboxState.RUNNING:
             await self._runtime.pause(row.id)
-            self._store.update_sandbox(row.id, state=SandboxState.PAUSED.value)
-            await self._record("sandbox.paused", row)
-            log.info("sandbox.paused", sandbox=row.id)
+        try:
+            await self._snapshots.save(row, SnapshotKind.PAUSE, image_ref=self._image_of(row))
+        except BaseException:
+            if current == SandboxState.RUNNING:
+                with contextlib.suppress(SandgateError):
+                    await self._runtime.resume(row.id)
+            raise
+        stored = self._store.update_sandbox(
+            row.id,
+            state=SandboxState.STORED.value,
+            runtime_ref=None,
+            end_at=self._paused_until(),
+        )
+        try:
+            await self._runtime.kill(row.id)
+        except SandgateError as exc:  # the next start's reattach removes it
+            log.warning("sandbox.store_kill_failed", sandbox=row.id, error=exc.message)
+        await self._detach(row.id)
+        await self._record("sandbox.paused", row, memory=False)
+        log.info("sandbox.paused", sandbox=row.id, memory=False)
+        return stored or row
+
+    async def _cold_resume(self, row: Sandbox, timeout_s: int) -> Sandbox:
+        """STORED → RESUMING → RUNNING: boots the sandbox again over its saved layer, with its
+        id, token, envVars and template image (the caller holds the sandbox's lock). On
+        failure it stays paused to disk, as it was."""
+        layer = self._snapshots.pause_layer(row.id)
+        if layer is None:
+            raise SnapshotDamaged(
+                f"sandbox {row.id} was paused to disk but its saved layer is gone; kill it"
+            )
+        template = self._store.template_by_name_or_id(row.template_id)
+        if template is None:
+            raise TemplateNotFound(
+                f"sandbox {row.id} was created from a template that no longer exists"
+            )
+        check_transition(row.id, SandboxState.STORED, SandboxState.RESUMING)
+        async with self._admission:
+            self._check_quotas(row.team_id)
+            self._store.update_sandbox(row.id, state=SandboxState.RESUMING.value)
+        host_dir = self._root / row.id
+        try:
+            host_dir.mkdir(parents=True, mode=0o755, exist_ok=True)
+            extra_envs = await self._attach(row, host_dir)
+            ref = await self._boot(
+                row.id,
+                template,
+                row.cpu_count,
+                row.memory_mb,
+                {**extra_envs, **self._snapshots.envs_in(layer)},
+                image_ref=layer.image_ref,
+                layer=self._snapshots.archive(layer),
+            )
+            now = self._store.sandbox(row.id)
+            if now is None or now.state != SandboxState.RESUMING:
+                raise _not_found(row.id)  # killed while it booted
+        except BaseException:
+            with contextlib.suppress(SandgateError):
+                await self._runtime.kill(row.id)
+            await self._detach(row.id)
+            now = self._store.sandbox(row.id)
+            if now is not None and now.state == SandboxState.RESUMING:
+                self._store.update_sandbox(row.id, state=SandboxState.STORED.value)
+            raise
+        check_transition(row.id, SandboxState.RESUMING, SandboxState.RUNNING)
+        resumed = self._store.update_sandbox(
+            row.id,
+            state=SandboxState.RUNNING.value,
+            runtime_ref=ref,
+            end_at=datetime.now(UTC) + timedelta(seconds=timeout_s),
+        )
+        if resumed is None:
+            raise _not_found(row.id)
+        await self._snapshots.remove(layer)
+        self._routes[row.id] = self._route_of(resumed)
+        await self._record("sandbox.resumed", row, memory=False)
+        log.info("sandbox.resumed", sandbox=row.id, memory=False)
+        return resumed
+
+    def _paused_until(self) -> datetime:
+        return datetime.now(UTC) + timedelta(seconds=self._limits.paused_retention_s)
+
+    def _image_of(self, row: Sandbox) -> str:
+        """The image a sandbox's root is a layer over (its template's current one for
+        sandboxes created before that was recorded)."""
+        if row.image_ref:
+            return row.image_ref
+        template = self._store.template_by_name_or_id(row.template_id)
+        if template is None:
+            raise TemplateNotFound(f"sandbox {row.id}'s template no longer exists")
+        return template.image_ref
+
+    # -- snapshots and forks --------------------------------------------------------------
+
+    async def snapshot(
+        self, principal: Principal, sandbox_id: str, name: str | None = None
+    ) -> Snapshot:
+        """Saves an owned sandbox's files as a snapshot (the sandbox is frozen meanwhile and
+        then left as it was; memory is not saved). A second snapshot with the same name
+        replaces the first. Raises ``InvalidRequest`` (bad name), ``Conflict`` (the name is a
+        template's, or the sandbox is starting), ``QuotaExceeded``, ``DiskFull``."""
+        parsed = SnapshotName.parse(name) if name is not None else None
+        if parsed is not None and self._store.template_by_name_or_id(parsed.name) is not None:
+            raise Conflict(f"a template is named '{parsed.name}': give the snapshot another name")
+        return await self._capture(principal, sandbox_id, SnapshotKind.SNAPSHOT, parsed)
+
+    async def fork(
+        self, principal: Principal, sandbox_id: str, *, count: int, timeout_s: int | None
+    ) -> list[Sandbox | SandgateError]:
+        """Saves an owned sandbox's files once and starts ``count`` sandboxes over them (its
+        template, envVars, metadata, network and lifecycle; fresh processes). The source is
+        frozen meanwhile and left as it was. Each fork succeeds or fails on its own: the
+        result has one entry per fork, a sandbox or the error that stopped it."""
+        if not 1 <= count <= MAX_FORK_COUNT:
+            raise InvalidRequest(f"count must be between 1 and {MAX_FORK_COUNT}; got {count}")
+        timeout = self._check_timeout(timeout_s)
+        source = self.get(principal, sandbox_id)
+        request = CreateRequest(
+            template=source.template_id,
+            timeout_s=timeout,
+            metadata=dict(source.metadata_),
+            envs={},
+            cpu_count=source.cpu_count,
+            memory_mb=source.memory_mb,
+            allow_internet_access=source.allow_internet_access,
+            network=source.network,
+            on_timeout=source.on_timeout,
+            auto_pause_memory=source.auto_pause_memory,
+            auto_resume=source.auto_resume,
+        )
+        gate = asyncio.Semaphore(_FORK_PARALLEL)
+        capture = await self._capture(principal, sandbox_id, SnapshotKind.FORK, None)
+
+        async def one() -> Sandbox | SandgateError:
+            async with gate:
+                try:
+                    return await self.create(principal, request, source=capture)
+                except SandgateError as exc:
+                    return exc
+
+        try:
+            results = list(await asyncio.gather(*(one() for _ in range(count))))
+        finally:
+            await self._snapshots.remove(capture)
+        await self._record(
+            "sandbox.forked",
+            source,
+            forks=[r.id for r in results if isinstance(r, Sandbox)],
+            failed=sum(1 for r in results if not isinstance(r, Sandbox)),
+        )
+        return results
+
+    async def _capture(
+        self,
+        principal: Principal,
+        sandbox_id: str,
+        kind: SnapshotKind,
+        name: SnapshotName | None,
+    ) -> Snapshot:
+        """Saves the sandbox's layer under its lock: a running sandbox is frozen for the copy
+        and thawed after, a paused one stays frozen, one paused to disk is saved from its
+        saved layer."""
+        async with self._lock(sandbox_id):
+            row = self.get(principal, sandbox_id)
+            state = SandboxState(row.state)
+            if state == SandboxState.STARTING:
+                raise Conflict(f"cannot save sandbox {row.id}: it is still starting")
+            image_ref = self._image_of(row)
+            if state == SandboxState.STORED:
+                layer = self._snapshots.pause_layer(row.id)
+                if layer is None:
+                    raise SnapshotDamaged(f"sandbox {row.id}'s saved layer is gone; kill it")
+                saved = await self._snapshots.save(
+                    row, kind, image_ref=layer.image_ref, name=name, from_layer=layer
+                )
+            elif state == SandboxState.PAUSED:
+                saved = await self._snapshots.save(row, kind, image_ref=image_ref, name=name)
+            else:
+                await self._runtime.pause(row.id)
+                try:
+                    saved = await self._snapshots.save(row, kind, image_ref=image_ref, name=name)
+                finally:
+                    await self._runtime.resume(row.id)
+        if kind == SnapshotKind.SNAPSHOT:
+            snapshot_id, _ = self._snapshots.describe(saved)
+            await self._record(
+                "sandbox.snapshot", row, snapshot=snapshot_id, bytes=saved.size_bytes
+            )
+        return saved
 
     def record_command(
         self, sandbox_id: str, *, cmd: str, args: Sequence[str], user: str | None, pid: int
@@ -471,7 +804,7 @@ class SandboxService:
 
     def get(self, principal: Principal, sandbox_id: str) -> Sandbox:
         row = self._store.sandbox(sandbox_id)
-        if row is None or row.team_id != principal.team_id or row.state not in LIVE_STATES:
+        if row is None or row.team_id != principal.team_id or row.state not in KEPT_STATES:
             raise _not_found(sandbox_id)
         return row
 
@@ -485,6 +818,8 @@ class SandboxService:
         next_token: str | None,
     ) -> SandboxPage:
         after = _parse_token(next_token) if next_token else None
+        if SandboxState.PAUSED in states:  # E2B's "paused" is every kind of paused
+            states = [*states, SandboxState.STORED.value, SandboxState.RESUMING.value]
         return self._store.list_sandboxes(principal.team_id, states, metadata, limit, after)
 
     def set_timeout(self, principal: Principal, sandbox_id: str, timeout_s: int) -> None:
@@ -554,7 +889,7 @@ class SandboxService:
     async def kill_any(self, sandbox_id: str) -> bool:
         """Administrative kill (CLI, reaper): no ownership check. Returns whether it existed."""
         row = self._store.sandbox(sandbox_id)
-        if row is None or row.state not in LIVE_STATES:
+        if row is None or row.state not in KEPT_STATES:
             return False
         await self._terminate(sandbox_id, reason="killed by operator")
         return True
@@ -572,6 +907,30 @@ class SandboxService:
         route = self._route_of(row)
         self._routes[row.id] = route
         return route
+
+    def wakeable(self, sandbox_id: str) -> Route | None:
+        """The route a paused, ``auto_resume`` sandbox will have, for checking a request's
+        token *before* waking it (see ``wake``); None for any other sandbox."""
+        row = self._store.sandbox(sandbox_id)
+        if row is None or row.state != SandboxState.PAUSED or not row.auto_resume:
+            return None
+        return self._route_of(row)
+
+    async def wake(self, sandbox_id: str) -> Route | None:
+        """Resumes a paused ``auto_resume`` sandbox for a data-plane request that carried its
+        token (E2B's auto-resume: the next request wakes it), with its creating timeout
+        again; returns its route, or None if it cannot be woken. Only a sandbox paused with
+        its memory wakes on traffic, as on E2B: one paused to disk needs ``connect``."""
+        async with self._lock(sandbox_id):
+            row = self._store.sandbox(sandbox_id)
+            if row is not None and row.state == SandboxState.PAUSED and row.auto_resume:
+                timeout = row.timeout_s or self._limits.default_timeout_s
+                try:
+                    await self._thaw(row, timeout)
+                except SandgateError as exc:
+                    log.warning("sandbox.wake_failed", sandbox=sandbox_id, error=exc.message)
+                    return None
+        return self.route(sandbox_id)
 
     def _route_of(self, row: Sandbox) -> Route:
         public = bool((row.network or {}).get("allow_public_traffic"))
@@ -597,6 +956,7 @@ class SandboxService:
             log.info("runtime.ready", runtime=self._runtime.name, version=version)
         except SandgateError as exc:
             log.error("runtime.unavailable", runtime=self._runtime.name, error=exc.message)
+        await self._snapshots.recover()
         await self.reattach()
         self._reaper = asyncio.create_task(self._reap_forever(), name="sandbox-reaper")
         for name in self._config.templates.warm_pool:
@@ -617,23 +977,33 @@ class SandboxService:
             await asyncio.gather(*self._pending_audit, return_exceptions=True)
 
     async def reattach(self) -> None:
-        """Adopts the runtime's sandboxes that are still wanted; removes the rest."""
+        """Adopts the runtime's sandboxes that are still wanted; removes the rest.
+
+        Sandboxes paused to disk have no runtime sandbox and stay as they are (one whose saved
+        layer is gone is killed); one that was booting again when the gateway stopped goes
+        back to paused-to-disk, and whatever its boot left in the runtime is removed; a
+        running one found frozen (by a save the crash interrupted) is thawed and adopted."""
         now = datetime.now(UTC)
         seen: set[str] = set()
         for found in await self._runtime.list():
             seen.add(found.sandbox_id)
             row = self._store.sandbox(found.sandbox_id)
+            if row is not None and row.state in (SandboxState.STORED, SandboxState.RESUMING):
+                with contextlib.suppress(SandgateError):
+                    await self._runtime.kill(found.sandbox_id)
+                continue
             alive = row is not None and row.state in LIVE_STATES and row.end_at > now
             if alive and row is not None and row.state == SandboxState.PAUSED.value:
                 if found.state is RuntimeState.PAUSED:
                     log.info("sandbox.reattached", sandbox=found.sandbox_id, state="paused")
                     continue
                 alive = False
-            if (
-                alive
-                and found.state is RuntimeState.RUNNING
-                and await self._guest_alive(found.sandbox_id)
-            ):
+            running = found.state is RuntimeState.RUNNING
+            if alive and not running and found.state is RuntimeState.PAUSED:
+                with contextlib.suppress(SandgateError):
+                    await self._runtime.resume(found.sandbox_id)
+                    running = True
+            if alive and running and await self._guest_alive(found.sandbox_id):
                 adopted = self._store.update_sandbox(
                     found.sandbox_id, state=SandboxState.RUNNING.value
                 )
@@ -645,21 +1015,55 @@ class SandboxService:
                 continue
             await self._terminate(found.sandbox_id, reason="expired or lost during restart")
         for row in self._store.live_sandboxes():
-            if row.id not in seen:
+            if row.state == SandboxState.RESUMING:
+                check_transition(row.id, SandboxState.RESUMING, SandboxState.STORED)
+                self._store.update_sandbox(row.id, state=SandboxState.STORED.value)
+                log.info("sandbox.reattached", sandbox=row.id, state="stored")
+            elif row.id not in seen:
                 await self._terminate(row.id, reason="its runtime sandbox is gone")
+        for row in self._store.kept_sandboxes():
+            if row.state == SandboxState.STORED and self._snapshots.pause_layer(row.id) is None:
+                await self._terminate(row.id, reason="its saved layer is gone")
         if self._root.is_dir():
             for leftover in self._root.iterdir():
-                live = self._store.sandbox(leftover.name)
-                if live is None or live.state not in LIVE_STATES:
+                kept = self._store.sandbox(leftover.name)
+                if kept is None or kept.state not in KEPT_STATES:
                     shutil.rmtree(leftover, ignore_errors=True)
 
     async def reap_expired(self) -> list[str]:
-        """Kills every sandbox whose deadline has passed; returns their ids."""
+        """Ends every sandbox whose deadline has passed: a running one created with
+        ``on_timeout="pause"`` is paused (with its memory, or to disk, as it asked), the rest
+        are killed (a paused one at the end of ``limits.paused_retention_s``). Returns the
+        ids killed."""
         reaped = []
         for row in self._store.expired_sandboxes(datetime.now(UTC)):
+            if row.state == SandboxState.RESUMING:
+                continue  # booting under its lock; it gets a new deadline
+            if row.state == SandboxState.RUNNING and row.on_timeout == "pause":
+                try:
+                    await self._auto_pause(row.id)
+                except SandgateError as exc:  # retried at the next tick
+                    log.warning("sandbox.auto_pause_failed", sandbox=row.id, error=exc.message)
+                continue
             await self._terminate(row.id, reason="timeout")
             reaped.append(row.id)
         return reaped
+
+    async def _auto_pause(self, sandbox_id: str) -> None:
+        """The reaper's pause (E2B ``lifecycle.on_timeout="pause"``). A pause to disk that the
+        team's disk quota or the gateway's disk refuses falls back to keeping memory: the
+        sandbox's files are never dropped for want of space."""
+        async with self._lock(sandbox_id):
+            row = self._store.sandbox(sandbox_id)
+            if row is None or row.state != SandboxState.RUNNING or row.end_at > datetime.now(UTC):
+                return
+            if not row.auto_pause_memory:
+                try:
+                    await self._store_to_disk(row)
+                    return
+                except (QuotaExceeded, DiskFull) as exc:
+                    log.warning("sandbox.auto_pause_kept_memory", sandbox=row.id, why=exc.message)
+            await self._freeze(row)
 
     async def _reap_forever(self) -> None:
         loop = asyncio.get_running_loop()
@@ -680,13 +1084,14 @@ class SandboxService:
         self._routes.pop(sandbox_id, None)
         self._locks.pop(sandbox_id, None)
         row = self._store.sandbox(sandbox_id)
-        if row is not None and row.state in LIVE_STATES:
+        if row is not None and row.state in KEPT_STATES:
             check_transition(sandbox_id, SandboxState(row.state), SandboxState.KILLED)
         if row is not None and row.state == SandboxState.RUNNING.value:
             await self._before_stop(row)
         await self._runtime.kill(sandbox_id)
         await self._detach(sandbox_id)
         shutil.rmtree(self._root / sandbox_id, ignore_errors=True)
+        await self._snapshots.forget_sandbox(sandbox_id)
         if row is not None:
             self._store.update_sandbox(
                 sandbox_id, state=SandboxState.KILLED.value, ended_at=datetime.now(UTC)
@@ -701,6 +1106,7 @@ class SandboxService:
             await self._runtime.kill(sandbox_id)
         await self._detach(sandbox_id)
         shutil.rmtree(self._root / sandbox_id, ignore_errors=True)
+        await self._snapshots.forget_sandbox(sandbox_id)
         self._store.delete_sandbox(sandbox_id)
 
     def _prepare_host_dir(
@@ -908,6 +1314,21 @@ async def _run_to_end(guest: GuestClient, command: str) -> tuple[int, str]:
     except GuestError as exc:
         return -1, exc.message
     return -1, output.decode(errors="replace").strip()
+
+
+def _check_lifecycle(request: CreateRequest) -> None:
+    """E2B's rules for ``lifecycle`` (its SDKs check them too; raw callers get a 400)."""
+    if request.on_timeout not in ("kill", "pause"):
+        raise InvalidRequest("lifecycle.onTimeout must be 'kill' or 'pause'")
+    if request.auto_resume and request.on_timeout != "pause":
+        raise InvalidRequest(
+            "autoResume needs autoPause: only a sandbox paused at its timeout can wake on traffic"
+        )
+    if request.auto_resume and not request.auto_pause_memory:
+        raise InvalidRequest(
+            "autoResume cannot be combined with autoPauseMemory=false: a sandbox paused to disk "
+            "boots fresh, so it is resumed with connect, not by traffic"
+        )
 
 
 def _sha256(text: str) -> str:

@@ -2,7 +2,8 @@
 
 from sandgate.store._agents import ACTIVE_RUN_STATES, AgentRecords
 from sandgate.store._secrets import SecretRecords
-from sandgate.store._store import LIVE_STATES, SandboxPage, Store
+from sandgate.store._snapshots import SnapshotPage, SnapshotRecords
+from sandgate.store._store import KEPT_STATES, LIVE_STATES, SandboxPage, Store
 from sandgate.store._telemetry import TelemetryRecords
 from sandgate.store._templates import TemplateRecords
 from sandgate.store._volumes import VolumeRecords
@@ -16,6 +17,7 @@ from sandgate.store.models import (
     Sandbox,
     SandboxLogEntry,
     SandboxMetricSample,
+    Snapshot,
     Team,
     TeamSecret,
     Template,
@@ -33,6 +35,7 @@ from sandgate.store.workflow_models import (
 
 __all__ = [
     "ACTIVE_RUN_STATES",
+    "KEPT_STATES",
     "LIVE_STATES",
     "AgentRecords",
     "AgentRun",
@@ -45,6 +48,9 @@ __all__ = [
     "SandboxMetricSample",
     "SandboxPage",
     "SecretRecords",
+    "Snapshot",
+    "SnapshotPage",
+    "SnapshotRecords",
     "Store",
     "Team",
     "TeamSecret",

@@ -23,8 +23,12 @@ from sandgate.store.models import ApiKey, AuditEntry, Sandbox, Team, Template
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
 
-#: Sandbox states that occupy resources and count against quotas.
-LIVE_STATES = ("starting", "running", "paused")
+#: Sandbox states that occupy resources and count against quotas (``resuming``: a sandbox
+#: paused to disk booting again).
+LIVE_STATES = ("starting", "running", "paused", "resuming")
+#: Sandbox states of sandboxes that still exist: the live ones, and ``stored`` (paused to
+#: disk: no processes, its layer kept under the gateway's home).
+KEPT_STATES = (*LIVE_STATES, "stored")
 
 
 @dataclass(frozen=True)
@@ -174,13 +178,17 @@ class Store:
                 query = query.where(Sandbox.team_id == team_id)
             return int(s.scalar(query) or 0)
 
+    def kept_sandboxes(self) -> Sequence[Sandbox]:
+        with self.session() as s:
+            return s.scalars(select(Sandbox).where(Sandbox.state.in_(KEPT_STATES))).all()
+
     def live_sandboxes(self) -> Sequence[Sandbox]:
         with self.session() as s:
             return s.scalars(select(Sandbox).where(Sandbox.state.in_(LIVE_STATES))).all()
 
     def expired_sandboxes(self, now: datetime) -> Sequence[Sandbox]:
         with self.session() as s:
-            query = select(Sandbox).where(Sandbox.state.in_(LIVE_STATES), Sandbox.end_at <= now)
+            query = select(Sandbox).where(Sandbox.state.in_(KEPT_STATES), Sandbox.end_at <= now)
             return s.scalars(query).all()
 
     def list_sandboxes(

@@ -15,6 +15,8 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -200,6 +202,50 @@ class Sandbox(Base):
     started_at: Mapped[datetime]
     end_at: Mapped[datetime]
     ended_at: Mapped[datetime | None]
+    #: The template image the sandbox's root is a layer over (a snapshot of it, or the sandbox
+    #: paused to disk, comes back over the same tree even after the template is rebuilt).
+    image_ref: Mapped[str | None] = mapped_column(String(500), nullable=True, default=None)
+    #: The create call's timeout, given again to a sandbox resumed by traffic (auto_resume).
+    timeout_s: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    #: What the reaper does at ``end_at``: "kill" or "pause" (E2B ``lifecycle.on_timeout``).
+    on_timeout: Mapped[str] = mapped_column(String(8), default="kill", server_default="kill")
+    #: With ``on_timeout == "pause"``: keep memory (freeze) or only the disk (E2B
+    #: ``autoPauseMemory``).
+    auto_pause_memory: Mapped[bool] = mapped_column(default=True, server_default=true())
+    #: A paused sandbox resumes on the next data-plane request that carries its token.
+    auto_resume: Mapped[bool] = mapped_column(default=False, server_default=false())
+
+
+class Snapshot(Base):
+    """A saved sandbox disk under ``<home>/snapshots/<id>/`` (``sandboxes.snapshots``).
+
+    ``kind``: ``snapshot`` (the E2B API's, listed and restorable), ``pause`` (the layer of a
+    sandbox paused to disk, until it resumes or is killed) or ``fork`` (one capture shared by
+    the sandboxes of a fork call, removed once they started). ``state`` is a
+    ``SnapshotState``. ``size_bytes`` is what it holds on disk, counted against the team's
+    ``limits.max_snapshot_mib_per_team``.
+    """
+
+    __tablename__ = "snapshots"
+    __table_args__ = (
+        Index("ix_snapshots_team_kind", "team_id", "kind"),
+        Index("ix_snapshots_source", "source_sandbox_id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"))
+    kind: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))
+    #: The name given at capture (E2B ``create_snapshot(name=...)``) and its tag.
+    name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    tag: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    source_sandbox_id: Mapped[str] = mapped_column(String(64))
+    template_id: Mapped[str] = mapped_column(String(64))
+    image_ref: Mapped[str] = mapped_column(String(500))
+    cpu_count: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime]
 
 
 class TeamSecret(Base):

@@ -1,4 +1,5 @@
-"""E2B control plane: create, connect, list, inspect, time out and kill sandboxes.
+"""E2B control plane: create, connect, list, inspect, time out, pause and kill sandboxes
+(snapshots and forks: ``snapshots.py``).
 
 Success codes are exactly E2B's (the generated Python client reads bodies only for the code it
 expects: 201 on create, 200 on connect-while-running, 204 on kill and timeout). Every error is
@@ -26,7 +27,7 @@ from sandgate.sandboxes import CreateRequest, SandboxService
 from sandgate.store import Sandbox, Store
 from sandgate.workflows.metadata import RESERVED_PREFIX
 
-__all__ = ["CLIENT_ID", "build_control_router"]
+__all__ = ["CLIENT_ID", "build_control_router", "sandbox_body"]
 
 #: Deprecated field the Python client still requires; E2B always sends this constant.
 CLIENT_ID = "6532622b"
@@ -91,8 +92,15 @@ class VolumeMountBody(BaseModel):
     path: str = Field(min_length=1, max_length=1024)
 
 
+class AutoResumeBody(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    enabled: bool = False
+
+
 class NewSandbox(BaseModel):
-    """``NewSandbox`` (v1) and ``NewSandboxV2``; unknown keys are ignored, as E2B does."""
+    """``NewSandbox`` (v1) and ``NewSandboxV2``; unknown keys are ignored, as E2B does.
+    ``autoPause``/``autoPauseMemory``/``autoResume`` are the SDKs' ``lifecycle``."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
@@ -108,6 +116,9 @@ class NewSandbox(BaseModel):
     volume_mounts: list[VolumeMountBody] = Field(
         default_factory=list, alias="volumeMounts", max_length=16
     )
+    auto_pause: bool | None = Field(None, alias="autoPause")
+    auto_pause_memory: bool | None = Field(None, alias="autoPauseMemory")
+    auto_resume: AutoResumeBody | None = Field(None, alias="autoResume")
 
 
 class TimeoutBody(BaseModel):
@@ -116,12 +127,59 @@ class TimeoutBody(BaseModel):
     timeout: int | None = None
 
 
+class ConnectBody(TimeoutBody):
+    """``ConnectSandbox``/``ConnectSandboxV2``/``ResumedSandbox``: ``memory: false`` resumes
+    from the saved disk only (E2B's ``on_resume="reboot"``)."""
+
+    memory: bool | None = None
+
+
+class PauseBody(BaseModel):
+    """``SandboxPauseRequest``: ``memory`` (default true) keeps the processes and memory
+    (freeze); false saves the files only and frees the rest. ``requireHealthyGuest`` refuses
+    the pause when the sandbox's guest does not answer."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    memory: bool | None = None
+    require_healthy_guest: bool | None = Field(None, alias="requireHealthyGuest")
+
+
 def _time(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _offline(_: Sandbox) -> bool:
     return False
+
+
+def sandbox_body(row: Sandbox, domain: str) -> dict[str, Any]:
+    """E2B's ``Sandbox`` (create, connect, fork): what an SDK needs to reach the sandbox."""
+    return {
+        "templateID": row.template_id,
+        "alias": row.alias,
+        "sandboxID": row.id,
+        "clientID": CLIENT_ID,
+        "envdVersion": row.envd_version,
+        "envdAccessToken": row.access_token,
+        "trafficAccessToken": (
+            None
+            if (row.network or {}).get("allow_public_traffic")
+            else traffic_token(row.access_token)
+        ),
+        "domain": domain,
+    }
+
+
+#: Every internal state as E2B names it (a sandbox paused to disk, or booting again from
+#: it, is "paused" to an SDK).
+_E2B_STATE = {
+    "starting": "running",
+    "running": "running",
+    "paused": "paused",
+    "stored": "paused",
+    "resuming": "paused",
+}
 
 
 def build_control_router(
@@ -137,22 +195,6 @@ def build_control_router(
     ``public_traffic`` is ``allowPublicTraffic`` for create calls that do not set it."""
     router = APIRouter()
 
-    def sandbox_body(row: Sandbox) -> dict[str, Any]:
-        return {
-            "templateID": row.template_id,
-            "alias": row.alias,
-            "sandboxID": row.id,
-            "clientID": CLIENT_ID,
-            "envdVersion": row.envd_version,
-            "envdAccessToken": row.access_token,
-            "trafficAccessToken": (
-                None
-                if (row.network or {}).get("allow_public_traffic")
-                else traffic_token(row.access_token)
-            ),
-            "domain": domain,
-        }
-
     def detail_body(row: Sandbox) -> dict[str, Any]:
         return {
             "templateID": row.template_id,
@@ -165,7 +207,7 @@ def build_control_router(
             "cpuCount": row.cpu_count,
             "memoryMB": row.memory_mb,
             "diskSizeMB": row.disk_size_mb,
-            "state": "paused" if row.state == "paused" else "running",
+            "state": _E2B_STATE.get(row.state, "running"),
             "metadata": row.metadata_,
             "envdAccessToken": row.access_token,
             # What the sandbox can reach, not what the caller asked for: E2B SDKs send
@@ -176,6 +218,7 @@ def build_control_router(
             "volumeMounts": [
                 {"name": m["name"], "path": m["path"]} for m in row.volume_mounts or []
             ],
+            "lifecycle": {"autoResume": row.auto_resume, "onTimeout": row.on_timeout},
         }
 
     async def create(body: NewSandbox, caller: Principal, default_timeout: int | None) -> Response:
@@ -199,9 +242,12 @@ def build_control_router(
                 allow_internet_access=body.allow_internet_access is not False,
                 network=_network(body.network, public_traffic),
                 volume_mounts=tuple({"name": m.name, "path": m.path} for m in body.volume_mounts),
+                on_timeout="pause" if body.auto_pause else "kill",
+                auto_pause_memory=body.auto_pause_memory is not False,
+                auto_resume=body.auto_resume is not None and body.auto_resume.enabled,
             ),
         )
-        return JSONResponse(sandbox_body(row), status_code=201)
+        return JSONResponse(sandbox_body(row, domain), status_code=201)
 
     @router.post("/sandboxes")
     async def create_v1(body: NewSandbox, caller: Caller) -> Response:
@@ -212,28 +258,36 @@ def build_control_router(
     async def create_v2(body: NewSandbox, caller: Caller) -> Response:
         return await create(body, caller, 300)
 
-    async def connect(sandbox_id: str, body: TimeoutBody, caller: Principal) -> Response:
-        row, resumed = await service.connect(caller, sandbox_id, body.timeout or 300)
-        return JSONResponse(sandbox_body(row), status_code=201 if resumed else 200)
+    async def connect(sandbox_id: str, body: ConnectBody, caller: Principal) -> Response:
+        row, resumed = await service.connect(
+            caller, sandbox_id, body.timeout or 300, memory=body.memory
+        )
+        return JSONResponse(sandbox_body(row, domain), status_code=201 if resumed else 200)
 
     @router.post("/sandboxes/{sandbox_id}/connect")
-    async def connect_v1(sandbox_id: str, body: TimeoutBody, caller: Caller) -> Response:
+    async def connect_v1(sandbox_id: str, body: ConnectBody, caller: Caller) -> Response:
         return await connect(sandbox_id, body, caller)
 
     @router.post("/v2/sandboxes/{sandbox_id}/connect")
-    async def connect_v2(sandbox_id: str, body: TimeoutBody, caller: Caller) -> Response:
+    async def connect_v2(sandbox_id: str, body: ConnectBody, caller: Caller) -> Response:
         return await connect(sandbox_id, body, caller)
 
     @router.post("/sandboxes/{sandbox_id}/pause")
-    async def pause(sandbox_id: str, caller: Caller) -> Response:
-        await service.pause(caller, sandbox_id)
+    async def pause(sandbox_id: str, caller: Caller, body: PauseBody | None = None) -> Response:
+        await service.pause(
+            caller,
+            sandbox_id,
+            memory=body is None or body.memory is not False,
+            require_healthy_guest=body is not None and body.require_healthy_guest is True,
+        )
         return Response(status_code=204)
 
     @router.post("/sandboxes/{sandbox_id}/resume")
-    async def resume(sandbox_id: str, caller: Caller, body: TimeoutBody | None = None) -> Response:
+    async def resume(sandbox_id: str, caller: Caller, body: ConnectBody | None = None) -> Response:
         timeout = body.timeout if body is not None and body.timeout else 300
-        row, _ = await service.connect(caller, sandbox_id, timeout)
-        return JSONResponse(sandbox_body(row), status_code=201)
+        memory = body.memory if body is not None else None
+        row, _ = await service.connect(caller, sandbox_id, timeout, memory=memory)
+        return JSONResponse(sandbox_body(row, domain), status_code=201)
 
     @router.get("/sandboxes/{sandbox_id}")
     async def get_info(sandbox_id: str, caller: Caller) -> Response:
