@@ -43,10 +43,7 @@ _TEMPLATES = (
 
 #: Control-plane endpoints (``api.<domain>``, and ``E2B_VOLUME_API_URL``'s volume content).
 CONTROL_UNSERVED: Final = (
-    Unserved("POST", "/sandboxes/{sandboxID}/fork", "sandbox fork"),
     Unserved("POST", "/sandboxes/{sandboxID}/refreshes", "sandbox refreshes"),
-    Unserved("POST", "/sandboxes/{sandboxID}/snapshots", "snapshots"),
-    Unserved("GET", "/snapshots", "snapshots"),
     Unserved("GET", "/teams", "teams (Sandgate's teams are its API keys' teams)"),
     Unserved("GET", "/teams/{teamID}/metrics", "team metrics"),
     Unserved("GET", "/teams/{teamID}/metrics/max", "team metrics"),
