@@ -601,7 +601,11 @@ class SandboxService:
             self._check_quotas(row.team_id)
             self._store.update_sandbox(row.id, state=SandboxState.RESUMING.value)
         host_dir = self._root / row.id
+        mounts: tuple[VolumeMount, ...] = ()
         try:
+            # Its volumes are mounted again (a volume deleted meanwhile: NotFound, still paused).
+            wanted = [{"name": m["name"], "path": m["path"]} for m in row.volume_mounts or []]
+            mounts = await self._claim_volumes(row.team_id, wanted)
             host_dir.mkdir(parents=True, mode=0o755, exist_ok=True)
             extra_envs = await self._attach(row, host_dir)
             ref = await self._boot(
@@ -610,6 +614,7 @@ class SandboxService:
                 row.cpu_count,
                 row.memory_mb,
                 {**extra_envs, **self._snapshots.envs_in(layer)},
+                mounts,
                 image_ref=layer.image_ref,
                 layer=self._snapshots.archive(layer),
             )
@@ -617,6 +622,8 @@ class SandboxService:
             if now is None or now.state != SandboxState.RESUMING:
                 raise _not_found(row.id)  # killed while it booted
         except BaseException:
+            if mounts and self._volumes is not None:
+                self._volumes.release(mounts)
             with contextlib.suppress(SandgateError):
                 await self._runtime.kill(row.id)
             await self._detach(row.id)
@@ -631,6 +638,8 @@ class SandboxService:
             runtime_ref=ref,
             end_at=datetime.now(UTC) + timedelta(seconds=timeout_s),
         )
+        if mounts and self._volumes is not None:
+            self._volumes.release(mounts)  # the row names the volumes again
         if resumed is None:
             raise _not_found(row.id)
         await self._snapshots.remove(layer)

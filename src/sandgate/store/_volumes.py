@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from sandgate.errors import Conflict
-from sandgate.store._store import LIVE_STATES, Store
+from sandgate.store._store import KEPT_STATES, Store
 from sandgate.store.models import Sandbox, Volume
 
 __all__ = ["VolumeRecords"]
@@ -54,12 +54,13 @@ class VolumeRecords:
                 s.delete(row)
 
     def mounted_by(self, volume_id: str) -> list[str]:
-        """Ids of the live sandboxes (running, paused or starting) that mount the volume.
+        """Ids of the sandboxes that still exist (starting, running, paused, paused to disk)
+        that mount the volume.
         Matched in Python: ``volume_mounts`` is a JSON column and live sandboxes are few."""
         with self._store.session() as s:
             rows = s.scalars(
                 select(Sandbox).where(
-                    Sandbox.state.in_(LIVE_STATES), Sandbox.volume_mounts.is_not(None)
+                    Sandbox.state.in_(KEPT_STATES), Sandbox.volume_mounts.is_not(None)
                 )
             ).all()
         return [
