@@ -6,6 +6,7 @@ alone (``tests/fixtures/loopback_dns.py``). On both runtimes."""
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import socket
 import ssl
@@ -17,8 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
-from websockets.sync.client import connect
 
 from tests.fixtures.loopback_dns import LoopbackDNS
 from tests.fixtures.server import SANDBOX_DOMAIN, RunningServer
@@ -130,23 +131,29 @@ def test_websockets_reach_a_sandbox_service_over_tls(
         assert out["unpack"]["exit_code"] == 0 and out["listening"] is True, out
         assert out["host"].endswith(f".{SANDBOX_DOMAIN}:{tls_server.port}")
 
-        def open_ws(headers: dict[str, str]) -> Any:
+        # The asyncio client, not the sync one: the sync client reads in a thread while the
+        # caller writes, and Python's ssl objects are not safe for that (spurious SSL errors).
+        async def exchange(headers: dict[str, str]) -> list[str | bytes]:
             sock = socket.create_connection(("127.0.0.1", tls_server.port))
-            return connect(
+            async with connect(
                 f"wss://{out['host']}/echo",
                 sock=sock,
                 ssl=trust,
                 additional_headers=headers,
                 open_timeout=30,
-            )
+            ) as ws:
+                await ws.send("over wss")
+                text = await asyncio.wait_for(ws.recv(), 30)
+                await ws.send(b"\x00\x01")
+                binary = await asyncio.wait_for(ws.recv(), 30)
+                return [text, binary]
 
-        with open_ws({"E2B-Traffic-Access-Token": out["token"]}) as ws:
-            ws.send("over wss")
-            assert ws.recv(timeout=30) == "over wss"
-            ws.send(b"\x00\x01")
-            assert ws.recv(timeout=30) == b"\x00\x01"
+        assert asyncio.run(exchange({"E2B-Traffic-Access-Token": out["token"]})) == [
+            "over wss",
+            b"\x00\x01",
+        ]
         with pytest.raises(InvalidStatus) as refused:
-            open_ws({})
+            asyncio.run(exchange({}))
         assert refused.value.response.status_code == 401
     finally:
         httpx.delete(
