@@ -211,7 +211,7 @@ class EgressHook:
         agent = self._agent_of(sandbox)
         interception = self._interception(sandbox, agent, host_dir)
         # Audited before it takes effect: an update that cannot be recorded is not made.
-        self._audit.append(
+        await self._audit.write(
             {
                 "event": "egress.update",
                 "sandbox": sandbox.id,
