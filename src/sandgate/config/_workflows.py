@@ -134,7 +134,9 @@ StepConfig = Annotated[
 
 
 class WorkflowBudgets(_Section):
-    """Limits of one run, checked before each step starts; reaching one fails the run."""
+    """Limits of one run, checked before each step starts; reaching one fails the run.
+    ``max_tool_calls`` is also spent at each call a code step's script makes (docs/workflows.md,
+    "what is checked when")."""
 
     #: Tool calls through the gateway: tool steps, calls made by code steps' scripts, and
     #: agent steps' runs.

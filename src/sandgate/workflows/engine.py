@@ -507,6 +507,12 @@ class _Scheduler:
                 template=step.template,
                 output_limit=step.output_limit,
             )
+            if self.workflow.budgets.max_tool_calls is not None:
+                # The script's calls spend the run's budget as they are made (the gateway
+                # refuses the one past it); the count so far is a recorded value, so a
+                # replay passes the same.
+                spec["max_tool_calls"] = self.workflow.budgets.max_tool_calls
+                spec["tool_calls_spent"] = self.tool_calls
         elif step.kind == "agent":
             spec["agent"] = step.agent
         elif step.kind == "approval":

@@ -15,8 +15,9 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import math
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from sandgate.guest.client import Ended, GuestError, Output
 from sandgate.policy import Subject
 from sandgate.sandboxes import CreateRequest
 from sandgate.tools import AGENT_METADATA_KEY
+from sandgate.tools.budgets import RunBudget
 from sandgate.workflows.metadata import (
     RUN_METADATA_KEY,
     STEP_METADATA_KEY,
@@ -221,6 +223,7 @@ class StepExecutors:
             ),
         )
         detail = {"sandbox": sandbox.id}
+        budget = self._open_budget(context, spec, sandbox.id)
         try:
             route = self._sandboxes.route(sandbox.id)
             if route is None:
@@ -245,12 +248,17 @@ class StepExecutors:
                 limit = int(spec.get("output_limit", 8000))
                 out, err = _Tail(limit), _Tail(limit)
                 exit_code = -1
-                async for event in stream:
-                    if isinstance(event, Output):
-                        (err if event.stream == "stderr" else out).add(event.data)
-                    elif isinstance(event, Ended):
-                        exit_code = event.exit_code
-                result = await _read_result(guest)
+
+                async def follow() -> None:
+                    nonlocal exit_code
+                    async for event in stream:
+                        if isinstance(event, Output):
+                            (err if event.stream == "stderr" else out).add(event.data)
+                        elif isinstance(event, Ended):
+                            exit_code = event.exit_code
+
+                await _until_refused(follow(), budget)
+                result = await _read_result(guest) if _budget_ok(budget) else None
             except GuestError as exc:
                 return Outcome.failed(
                     "sandbox_unavailable",
@@ -258,8 +266,16 @@ class StepExecutors:
                     detail=detail,
                 )
         finally:
+            killed = False
             with contextlib.suppress(SandgateError):
                 await self._sandboxes.kill_any(sandbox.id)
+                killed = True
+            if budget is not None and killed:
+                # SECURITY: closed only once the sandbox is gone; a script still running
+                # after the refusal would otherwise make calls that no budget counts (if the
+                # kill failed, the budget stays open and keeps counting until the server
+                # stops).
+                self._gateway.run_budgets.close(sandbox.id, budget)
         calls = self._tool_calls_of(sandbox.id)
         output = {
             "exit_code": exit_code,
@@ -267,6 +283,15 @@ class StepExecutors:
             "stdout": out.text(),
             "stderr": err.text(),
         }
+        if budget is not None and budget.refused is not None:
+            # The script was stopped at its first refused call, whatever it did with the error.
+            return Outcome.failed(
+                "budget_exceeded",
+                f"step {context.label}: {budget.refused.message}",
+                output=output,
+                tool_calls=calls,
+                detail=detail,
+            )
         if exit_code != 0:
             return Outcome.failed(
                 "code_failed",
@@ -277,6 +302,23 @@ class StepExecutors:
                 detail=detail,
             )
         return Outcome(True, output=output, tool_calls=calls, detail=detail)
+
+    def _open_budget(
+        self, context: StepContext, spec: dict[str, Any], sandbox_id: str
+    ) -> RunBudget | None:
+        """The run's tool-call budget, spent by every call the script makes from its sandbox
+        (``tools.budgets``, as for an agent run); None when the workflow sets none."""
+        if spec.get("max_tool_calls") is None:
+            return None
+        budget = self._gateway.run_budgets.open(
+            sandbox_id,
+            context.run_id,
+            max_tool_calls=int(spec["max_tool_calls"]),
+            # The run's own timeout_s bounds its time; this budget counts calls only.
+            wall_clock_s=math.inf,
+        )
+        budget.spent = int(spec.get("tool_calls_spent", 0))
+        return budget
 
     def _tool_calls_of(self, sandbox_id: str) -> int:
         rows = self._store.audit_entries(sandbox_id=sandbox_id, limit=100_000)
@@ -385,6 +427,30 @@ class StepExecutors:
             message=f"step {context.label}: approval {approval_id} was {final.state.value} ({why})",
             state="failed",
         )
+
+
+def _budget_ok(budget: RunBudget | None) -> bool:
+    return budget is None or budget.refused is None
+
+
+async def _until_refused(work: Coroutine[Any, Any, None], budget: RunBudget | None) -> None:
+    """Runs ``work`` (following the script) until it ends or ``budget`` refuses a call, which
+    stops it at once: the sandbox is killed next, so the script cannot go on without calls."""
+    task = asyncio.ensure_future(work)
+    if budget is None:
+        await task
+        return
+    refused = asyncio.ensure_future(budget.exceeded.wait())
+    try:
+        await asyncio.wait({task, refused}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        refused.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.done() and not task.cancelled():
+        task.result()
 
 
 async def _read_result(guest: Any) -> Any:

@@ -116,6 +116,10 @@ agents:
   - id: budgeted
     model: budget-model
     budgets: {{max_tool_calls: 5}}
+  - id: timed
+    model: timed-model
+    mode: classic
+    budgets: {{max_wall_clock_s: 6}}
   - id: runner
     model: runner-model
   - id: fallback
@@ -178,7 +182,7 @@ policy:
   rules:
     - id: agents-use-tools
       effect: allow
-      subject: {{agent: [worker, kv-only, budgeted, runner, fallback]}}
+      subject: {{agent: [worker, kv-only, budgeted, timed, runner, fallback]}}
       tool: "*"
     - {{id: asker-reads, effect: allow, subject: {{agent: asker}}, tool: kv, action: get}}
     - id: asker-quick-ask

@@ -7,6 +7,7 @@ import base64
 import hashlib
 import hmac
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -21,11 +22,12 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.fixtures.server import RunningServer
-from tests.framework.model_server import code, error, text
+from tests.fixtures.server import RunningServer, free_port
+from tests.framework.model_server import Reply, code, error, text
 from tests.integration.promises.conftest import (
     CANARY,
     HOST_MARKER,
+    MCP_SERVER,
     WEBHOOK_KEY,
     Promises,
     audit_rows,
@@ -233,6 +235,32 @@ def test_point_2_budgets_are_enforced_when_the_call_is_made(promises: Promises) 
     completed = [e["data"] for e in events if e["type"] == "code.completed"]
     assert completed and completed[0]["exit_code"] == 130
 
+    # The wall clock is checked at call time too: timed (max_wall_clock_s: 6) asks for eight
+    # 1.5 s calls in one reply; the first call made after its sixth second is refused by the
+    # gateway, and the rest of the reply is not run.
+    asked = len(models.for_model("timed-model"))
+    models.script(
+        "timed-model",
+        Reply(tool_calls=(("mcp_slow", {"seconds": 1.5}),) * 8),
+        text("never asked: the run stops first"),
+    )
+    timed = promises.start("timed", "Take your time.")
+    promises.events(timed["id"])
+    run = promises.get_run(timed["id"])
+    assert run["state"] == "stopped", run
+    assert len(models.for_model("timed-model")) == asked + 1
+    log = (promises.server.home / "audit" / "audit.jsonl").read_text().splitlines()
+    slow = [
+        r
+        for r in map(json.loads, log)
+        if r.get("sandbox") == run["sandbox_id"] and r["event"] == "tool.call"
+    ]
+    assert 1 <= len(slow) < 8 and {r["tool"] for r in slow} == {"mcp_slow"}
+    assert all(r["outcome"] in ("allowed", "timed_out") for r in slow[:-1])
+    assert slow[-1]["outcome"] == "denied" and slow[-1]["rule"] == "run-budget"
+    assert slow[-1]["error"]["code"] == "budget_exceeded"
+    assert "budgets.max_wall_clock_s" in slow[-1]["error"]["message"]
+
 
 def mcp_state(server: RunningServer) -> dict[str, object]:
     return dict(httpx.get(f"{server.url}/health").json()["mcp"]["mcp"])
@@ -280,6 +308,85 @@ print(json.dumps({"pids": pids, "concurrent_s": took, "code": code,
         assert again.exit_code == 0 and int(again.stdout) != got["pids"][0]
     finally:
         box.kill()
+
+
+HTTP_MCP = """
+agents: [{{id: worker}}]
+tools:
+  - {{name: mhttp, kind: mcp, transport: http, url: "http://127.0.0.1:{port}/mcp", timeout_s: 10}}
+policy:
+  rules: [{{id: worker-mcp, effect: allow, subject: {{agent: worker}}, tool: "mhttp_*"}}]
+"""
+
+
+def start_http_mcp(port: int) -> subprocess.Popen[bytes]:
+    """The test MCP server (official SDK) over streamable HTTP on ``port``, once it listens."""
+    process = subprocess.Popen(
+        [sys.executable, str(MCP_SERVER), "http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def listening() -> bool:
+        if process.poll() is not None:
+            raise AssertionError("the MCP test server exited at start")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
+    wait_for(listening, "the MCP test server to listen", timeout=30)
+    return process
+
+
+def test_point_4_an_http_mcp_source_is_a_session_restarted_after_its_server_dies(
+    runtime_server_factory: Callable[..., RunningServer],
+) -> None:
+    port = free_port()
+    first = start_http_mcp(port)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        server = runtime_server_factory(config=HTTP_MCP.format(port=port))
+
+        def state() -> dict[str, object]:
+            return dict(httpx.get(f"{server.url}/health").json()["mcp"]["mhttp"])
+
+        wait_for(lambda: state()["state"] == "up", "the MCP session to come up")
+        box = sandbox_as(server, "worker")
+        try:
+            pids = box.sh(
+                py(
+                    "import json, sandgate_tools as t\n"
+                    "print(json.dumps([t.mhttp_pid()['result'] for _ in range(3)]))"
+                )
+            )
+            assert pids.exit_code == 0, pids.stderr
+            assert json.loads(pids.stdout) == [first.pid] * 3
+            restarts = int(str(state()["restarts"]))
+
+            # The server dies (it is not ours to start again over HTTP): the call that killed
+            # it fails cleanly, and once the server is back the session is re-established.
+            crashed = box.sh("mhttp_crash")
+            assert crashed.exit_code == 1 and "tool_failed" in crashed.stderr
+            first.wait(30)
+            second = start_http_mcp(port)
+            wait_for(
+                lambda: state()["state"] == "up" and int(str(state()["restarts"])) > restarts,
+                "the MCP session to reconnect",
+            )
+            again = box.sh(
+                "python3 -c 'import sandgate_tools as t; print(t.mhttp_pid()[\"result\"])'"
+            )
+            assert again.exit_code == 0, again.stderr
+            assert int(again.stdout) == second.pid
+        finally:
+            box.kill()
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                process.wait(10)
 
 
 def wait_for(condition: Callable[[], object], what: str, timeout: float = 60) -> None:
@@ -458,6 +565,24 @@ def test_point_8_webhook_approvals_can_decide(promises: Promises, tmp_path: Path
         assert result["out"].exit_code == 0 and "yes" in result["out"].stdout
         announced = notification(promises, "approval.decided", lambda a: a["id"] == approval["id"])
         assert announced["approval"]["state"] == "approved"
+
+        # The same key denies: the write is refused and never happens.
+        writer = threading.Thread(target=lambda: result.update(denied=box.sh("kv set hook:2 no")))
+        writer.start()
+        second = notification(
+            promises,
+            "approval.requested",
+            lambda a: a["sandbox_id"] == box.id and a["arguments"]["key"] == "hook:2",
+        )["approval"]
+        denied = httpx.post(f"{url}/v1/approvals/{second['id']}/deny", headers=approver)
+        assert denied.status_code == 200, denied.text
+        assert denied.json()["state"] == "denied"
+        assert denied.json()["decided_by"] == created["id"]
+        writer.join(120)
+        assert result["denied"].exit_code == 1 and "denied" in result["denied"].stderr
+        assert box.sh("kv get hook:2").stdout.strip() == "null"
+        refused = notification(promises, "approval.decided", lambda a: a["id"] == second["id"])
+        assert refused["approval"]["state"] == "denied"
 
         expired = box.sh("kv set quick:1 x")
         assert expired.exit_code == 1 and "expired" in expired.stderr

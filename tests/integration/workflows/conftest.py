@@ -185,6 +185,35 @@ workflows:
     timeout_s: 2
     steps:
       - {id: wait, kind: tool, tool: stamp, arguments: {sleep: 10, tag: late}}
+  - name: budget_steps
+    budgets: {max_tool_calls: 2}
+    steps:
+      - {id: one, kind: tool, tool: stamp, arguments: {sleep: 0, tag: one}}
+      - {id: two, kind: tool, tool: stamp, arguments: {sleep: 0, tag: two}, depends_on: [one]}
+      - {id: three, kind: tool, tool: stamp, arguments: {sleep: 0, tag: three}, depends_on: [two]}
+  - name: budget_code
+    budgets: {max_tool_calls: 3}
+    steps:
+      - {id: fetch, kind: tool, tool: stamp, arguments: {sleep: 0, tag: fetched}}
+      - id: spend
+        kind: code
+        depends_on: [fetch]
+        code: |
+          import json, os
+          import sandgate_tools as t
+          answers = []
+          for i in range(10):
+              try:
+                  t.kv.set(key=f"budget:{i}", value="x")
+                  answers.append("ok")
+              except Exception as exc:  # the script swallows the refusal and goes on
+                  answers.append(type(exc).__name__)
+          json.dump(answers, open(os.environ["SANDGATE_STEP_OUTPUT"], "w"))
+      - {id: after, kind: tool, tool: stamp, arguments: {sleep: 0, tag: after}, depends_on: [spend]}
+  - name: slow_step
+    steps:
+      - {id: nap, kind: code, timeout_s: 3, code: "import time; time.sleep(600)"}
+      - {id: after, kind: tool, tool: stamp, arguments: {sleep: 0, tag: after}, depends_on: [nap]}
 """
 
 

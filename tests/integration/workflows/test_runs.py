@@ -148,3 +148,48 @@ def test_run_timeout(wf: WorkflowsEnv) -> None:
     assert run["state"] == "timed_out"
     assert run["error_code"] == "run_timed_out"
     assert wf.step(run, "wait")["state"] == "cancelled"
+
+
+def test_tool_call_budget_stops_the_run_before_the_next_step(wf: WorkflowsEnv) -> None:
+    run = wf.run("budget_steps")
+
+    assert run["state"] == "failed"
+    assert run["error_code"] == "budget_exceeded"
+    assert run["failed_step"] == "three"
+    assert "budgets.max_tool_calls 2" in run["error"]
+    assert wf.step(run, "two")["state"] == "completed"
+    three = wf.step(run, "three")
+    assert three["state"] == "cancelled" and three["error_code"] == "budget_exceeded"
+    assert wf.calls_of(run["id"], "three") == []
+    assert run["usage"]["tool_calls"] == 2
+
+
+def test_a_code_step_cannot_spend_past_the_tool_call_budget(wf: WorkflowsEnv) -> None:
+    run = wf.run("budget_code")
+
+    # budgets.max_tool_calls: 3, one spent by `fetch`: the script's third call is refused by
+    # the gateway as it is made, and the step fails although the script caught the error.
+    assert run["state"] == "failed"
+    assert run["failed_step"] == "spend" and run["error_code"] == "budget_exceeded"
+    assert "budgets.max_tool_calls" in run["error"]
+    spend = wf.step(run, "spend")
+    assert spend["state"] == "failed" and spend["error_code"] == "budget_exceeded"
+    calls = wf.calls_of(run["id"], "spend")
+    assert [c["outcome"] for c in calls[:2]] == ["allowed", "allowed"]
+    assert len([c for c in calls if c["outcome"] == "allowed"]) == 2
+    assert all(c["outcome"] != "allowed" for c in calls[2:]) and len(calls) >= 3
+    assert calls[2]["rule"] == "run-budget"
+    assert wf.step(run, "after")["state"] == "pending"
+    assert wf.calls_of(run["id"], "after") == []
+
+
+def test_a_code_step_past_its_timeout_fails_the_run(wf: WorkflowsEnv) -> None:
+    run = wf.run("slow_step")
+
+    assert run["state"] == "failed"
+    assert run["failed_step"] == "nap" and run["error_code"] == "step_timeout"
+    assert "step nap did not finish within 3s" in run["error"]
+    nap = wf.step(run, "nap")
+    assert nap["state"] == "failed" and nap["error_code"] == "step_timeout"
+    assert wf.step(run, "after")["state"] == "pending"
+    assert wf.calls_of(run["id"], "after") == []
