@@ -5,7 +5,8 @@ present, and if not uploads a tar (gzip'ed by default) of them to the URL it is 
 live at ``<root>/<template id>/<hash>.tar``: per template, so one team can neither probe for nor
 build from another team's files. An upload is written to a temporary file, checked (a readable
 tar of regular files, directories and symlinks with relative names, the links pointing inside
-the context, nothing else) and only then renamed into place: a half-written or hostile archive never becomes "present".
+the context, nothing else) and only then renamed into place: a half-written or hostile archive
+never becomes "present".
 
 Staging a ``COPY`` extracts the archive with the standard library's ``data`` filter (no absolute
 names, no ``..``, no links leaving the directory, no devices) and picks the entries the step's
