@@ -229,6 +229,7 @@ def test_TPL_another_team_cannot_see_tag_build_from_or_delete_a_template(
         "DELETE", "/templates/tags", json={"name": name, "tags": ["default"]}
     )
     assert untagged.status_code == 404, untagged.text
+    assert f"template '{name}' not found" in untagged.json()["message"], untagged.text
     # Building from it, or starting a build of it, finds nothing either.
     created = intruder.post("/v3/templates", json={"name": f"thief-{secrets.token_hex(3)}"})
     ids = created.json()
@@ -241,9 +242,14 @@ def test_TPL_another_team_cannot_see_tag_build_from_or_delete_a_template(
     assert hijack.status_code == 404, hijack.text
     listed = [t["templateID"] for t in intruder.get("/v2/templates").json()]
     assert template_id not in listed
-    # Still the owner's, untouched.
+    # Still the owner's, untouched; its owner can tag and untag it.
     mine = owner.get(f"/templates/{template_id}/tags").json()
     assert [t["tag"] for t in mine] == ["default"]
+    tagged = owner.post("/templates/tags", json={"target": f"{name}:default", "tags": ["x"]})
+    assert tagged.status_code == 201, tagged.text
+    untagged = owner.request("DELETE", "/templates/tags", json={"name": name, "tags": ["x"]})
+    assert untagged.status_code == 204, untagged.text
+    assert [t["tag"] for t in owner.get(f"/templates/{template_id}/tags").json()] == ["default"]
 
 
 def test_TPL_another_team_never_reuses_a_teams_cached_layers(
