@@ -66,15 +66,8 @@ TEMPLATE_ROUTES = [
     ("PATCH", "/templates/{template_id}"),
     ("PATCH", "/v2/templates/{template_id}"),
 ]
-#: Snapshots and forks (issue 18): the same API key. ``DELETE /templates/{ref}`` is theirs: it
-#: deletes a snapshot, else the team template of that name.
-SNAPSHOT_ROUTES = [
-    ("POST", "/sandboxes/{sandbox_id}/snapshots"),
-    ("GET", "/snapshots"),
-    ("DELETE", "/templates/{ref}"),
-    ("DELETE", "/templates/{namespace}/{ref}"),
-    ("POST", "/sandboxes/{sandbox_id}/fork"),
-]
+#: Snapshots and forks, ``DELETE /templates/{ref}`` included (it deletes a snapshot, else the
+#: team template of that name): their own AUTH-01 tests are in test_snapshots.py.
 #: The build-context upload: its URL's signature is the credential (as E2B's presigned URL),
 #: never an API key.
 TEMPLATE_UPLOAD_ROUTE = ("PUT", "/templates/{template_id}/files/{files_hash}/upload")
@@ -84,9 +77,6 @@ _TEMPLATE_PARAMS = {
     "build_id": "abc",
     "alias": "base",
     "tag": "default",
-    "sandbox_id": "abc",
-    "ref": "base",
-    "namespace": "team",
 }
 #: The volume file API: a volume token (``Authorization: Bearer``), never an API key.
 VOLUME_CONTENT_ROUTES = [
@@ -151,16 +141,9 @@ def test_AUTH_01_the_route_list_is_complete(sandgate_server: RunningServer) -> N
     )
     declared = {(m, r.path) for r in templates.routes for m in r.methods}  # type: ignore[attr-defined]
     assert declared == {*TEMPLATE_ROUTES, TEMPLATE_UPLOAD_ROUTE}
-    from types import SimpleNamespace
-
-    from sandgate.api.e2b.snapshots import build_snapshots_router
-
-    snapshots = build_snapshots_router(SimpleNamespace(snapshots=None), "x")  # type: ignore[arg-type]
-    declared = {(m, r.path) for r in snapshots.routes for m in r.methods}  # type: ignore[attr-defined]
-    assert declared == set(SNAPSHOT_ROUTES)
 
 
-@pytest.mark.parametrize(("method", "path"), TEMPLATE_ROUTES + SNAPSHOT_ROUTES)
+@pytest.mark.parametrize(("method", "path"), TEMPLATE_ROUTES)
 def test_AUTH_01_every_template_route_needs_a_key(
     sandgate_server: RunningServer, method: str, path: str
 ) -> None:
