@@ -11,20 +11,27 @@ Contract: shared/e2b-protocol.md §2.5.
 
 from __future__ import annotations
 
+import secrets
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 
 from tests.fixtures.server import RunningServer
 
-from .clients import CLI, PreparedClient, prepare
+from .clients import CLI, CLIENTS, PreparedClient, prepare
 from .expect import assert_sdk_version
 
 pytestmark = pytest.mark.compat
 
 TEMPLATE = "compat-every-step"
+#: The one client the second template runs with (per runtime): the ceiling Python pin, whose
+#: SDK converts Dockerfiles itself. The steps it adds are wire requests the first template's
+#: scenario already sends from every pin (RUN, COPY, ENV, WORKDIR, fromImage, force).
+STEPS_CLIENT = "py-e2b-2.63.0"
 
 
 def test_template_build_with_every_step_kind(
@@ -84,6 +91,59 @@ def test_template_build_with_every_step_kind(
     missing = result["missing_image"]["error"]
     assert missing["class"] in ("BuildException", "BuildError"), missing
     assert "sandgate-missing.invalid/nothing:1" in missing["message"], missing
+
+
+@pytest.fixture
+def local_image() -> Iterator[str]:
+    """The shipped ``base`` image under a name of this test's own, known only to the local
+    engine (no registry has it); the tag is removed afterwards (the image itself stays)."""
+    from sandgate.templates import TemplateBuilder
+
+    client = docker.from_env()
+    try:
+        built = TemplateBuilder(client).status("base")
+        assert built is not None, "the shipped base template is not built"
+        name = f"sandgate-compat-local/base-{secrets.token_hex(4)}"
+        client.images.get(built.image_id).tag(name, "v1")
+        yield f"{name}:v1"
+        client.images.remove(f"{name}:v1", noprune=True)
+    finally:
+        client.close()
+
+
+def test_template_build_from_a_dockerfile_with_npm_ready_cmd_and_skip_cache(
+    runtime_e2b_env: dict[str, str], local_image: str
+) -> None:
+    client = prepare(next(spec for spec in CLIENTS if spec.name == STEPS_CLIENT))
+    name = f"compat-steps-{secrets.token_hex(3)}"
+    result = client.run("templates", runtime_e2b_env, ["steps", name, local_image], timeout=900)
+    assert_sdk_version(result, client)
+    first = result["probe"]
+    assert first["exit_code"] == 0, (first, result["logs"][-30:])
+    lines = first["stdout"].splitlines()
+    assert lines[:-1] == [
+        "user",  # from_dockerfile: the E2B default user after the Dockerfile's steps
+        "/opt/df",  # its WORKDIR
+        "df-ok",  # its ENV
+        "dockerfile-ok",  # its RUN (after a COPY of the npm tarball)
+        "npm-ok",  # npm_install of a local tarball (-g: its bin is on PATH)
+        "ready-ran",  # set_ready_cmd ran before create returned
+    ], first
+    assert any(f"FROM {local_image}" in line for line in result["logs"]), result["logs"][:5]
+    assert not any("pulling" in line for line in result["logs"]), result["logs"][:5]
+
+    # The rebuild: every step before skip_cache() from the cache, the forced one run again.
+    cached = result["rebuild_cached"]
+    ran = result["rebuild_ran"]
+    assert cached[0].startswith("CACHED [base]"), cached
+    assert any("apt-get" in line for line in cached), cached
+    assert any("npm install -g /opt/df/sgnpm-1.0.0.tgz" in line for line in cached), cached
+    assert not any("random/uuid" in line for line in cached), cached
+    assert any("RUN cat /proc/sys/kernel/random/uuid" in line for line in ran), ran
+    second = result["probe_after_rebuild"]
+    assert second["exit_code"] == 0, second
+    assert second["stdout"].splitlines()[:-1] == lines[:-1]
+    assert second["stdout"].splitlines()[-1] != lines[-1]  # the forced step's new output
 
 
 def _cli(server: RunningServer, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -43,6 +43,41 @@ TEAM_ROUTES = [
     ("GET", "/volumes/abc"),
     ("DELETE", "/volumes/abc"),
 ]
+#: Team templates and their builds (issue 18): the same API key. Paths are the routers' own,
+#: filled with ``_TEMPLATE_PARAMS`` for the requests.
+TEMPLATE_ROUTES = [
+    ("POST", "/v3/templates"),
+    ("GET", "/templates/{template_id}/files/{files_hash}"),
+    ("POST", "/v2/templates/{template_id}/builds/{build_id}"),
+    ("GET", "/templates/{template_id}/builds/{build_id}/status"),
+    ("GET", "/templates/{template_id}/builds/{build_id}/logs"),
+    ("GET", "/templates/aliases/{alias}"),
+    ("GET", "/templates"),
+    ("GET", "/v2/templates"),
+    ("GET", "/default-templates"),
+    ("POST", "/templates/tags"),
+    ("DELETE", "/templates/tags"),
+    ("GET", "/templates/{template_id}/tags"),
+    ("GET", "/templates/{template_id}/tags/count"),
+    ("GET", "/templates/{template_id}/tags/exists"),
+    ("GET", "/templates/{template_id}/tags/groups"),
+    ("GET", "/templates/{template_id}/tags/{tag}/assignments"),
+    ("GET", "/templates/{template_id}"),
+    ("PATCH", "/templates/{template_id}"),
+    ("PATCH", "/v2/templates/{template_id}"),
+]
+#: Snapshots and forks, ``DELETE /templates/{ref}`` included (it deletes a snapshot, else the
+#: team template of that name): their own AUTH-01 tests are in test_snapshots.py.
+#: The build-context upload: its URL's signature is the credential (as E2B's presigned URL),
+#: never an API key.
+TEMPLATE_UPLOAD_ROUTE = ("PUT", "/templates/{template_id}/files/{files_hash}/upload")
+_TEMPLATE_PARAMS = {
+    "template_id": "base",
+    "files_hash": "0" * 64,
+    "build_id": "abc",
+    "alias": "base",
+    "tag": "default",
+}
 #: The volume file API: a volume token (``Authorization: Bearer``), never an API key.
 VOLUME_CONTENT_ROUTES = [
     ("GET", "/volumecontent/abc/dir"),
@@ -94,6 +129,42 @@ def test_AUTH_01_the_route_list_is_complete(sandgate_server: RunningServer) -> N
     declared = {(m, r.path) for r in content.routes for m in getattr(r, "methods", ())}
     listed = {(m, p.replace("abc", "{volume_id}")) for m, p in VOLUME_CONTENT_ROUTES}
     assert declared == listed
+    from sandgate.api.e2b.templates import build_templates_router
+
+    templates = build_templates_router(
+        None,  # type: ignore[arg-type]
+        disk_size_mb=1,
+        default_cpu=1,
+        default_memory=1,
+        max_cpu=1,
+        max_memory=1,
+    )
+    declared = {(m, r.path) for r in templates.routes for m in r.methods}  # type: ignore[attr-defined]
+    assert declared == {*TEMPLATE_ROUTES, TEMPLATE_UPLOAD_ROUTE}
+
+
+@pytest.mark.parametrize(("method", "path"), TEMPLATE_ROUTES)
+def test_AUTH_01_every_template_route_needs_a_key(
+    sandgate_server: RunningServer, method: str, path: str
+) -> None:
+    url = sandgate_server.url + path.format(**_TEMPLATE_PARAMS)
+    body = {"name": "x", "target": "base", "tags": ["t"]}
+    for headers in ({}, {"X-API-Key": "e2b_" + "0" * 40}):
+        response = httpx.request(method, url, json=body, params={"tag": "t"}, headers=headers)
+        assert response.status_code == 401, (path, response.text)
+        assert "E2B_API_KEY" in response.json()["message"]
+
+
+def test_AUTH_01_the_template_upload_needs_its_signature_not_a_key(
+    sandgate_server: RunningServer,
+) -> None:
+    """A key does not open the upload route: only a signature the server issued does (the
+    signature cases are in test_template_builds.py)."""
+    url = sandgate_server.url + TEMPLATE_UPLOAD_ROUTE[1].format(**_TEMPLATE_PARAMS)
+    for headers in ({}, {"X-API-Key": sandgate_server.api_key}):
+        response = httpx.put(url, content=b"x", headers=headers)
+        assert response.status_code == 403, response.text
+        assert "upload URL" in response.json()["message"]
 
 
 @pytest.mark.parametrize(("method", "path"), TEAM_ROUTES)

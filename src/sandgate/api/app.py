@@ -173,15 +173,6 @@ class Application:
                 public_traffic=config.sandbox.allow_public_traffic,
             )
         )
-        # Snapshots and forks (issue 18), before the templates: DELETE /templates/{id} deletes
-        # a snapshot of that id or name first, else the team template.
-        control.include_router(
-            build_snapshots_router(
-                self.sandboxes,
-                config.server.sandbox_domain,
-                delete_template=self._delete_template,
-            )
-        )
         control.include_router(
             build_templates_router(
                 self.templates,
@@ -190,6 +181,16 @@ class Application:
                 default_memory=config.limits.default_memory_mb,
                 max_cpu=config.limits.max_cpu_count,
                 max_memory=config.limits.max_memory_mb,
+            )
+        )
+        # Snapshots and forks (issue 18), after the templates (whose DELETE /templates/tags
+        # would otherwise be read as a snapshot named "tags"): DELETE /templates/{id} deletes
+        # a snapshot of that id or name first, else the team template.
+        control.include_router(
+            build_snapshots_router(
+                self.sandboxes,
+                config.server.sandbox_domain,
+                delete_template=self._delete_template,
             )
         )
         control.include_router(build_secrets_router(self.team_secrets, self._audit_event))

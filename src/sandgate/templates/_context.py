@@ -4,8 +4,9 @@ The SDK asks ``GET /templates/{id}/files/{hash}`` whether the files of one ``COP
 present, and if not uploads a tar (gzip'ed by default) of them to the URL it is given. Archives
 live at ``<root>/<template id>/<hash>.tar``: per template, so one team can neither probe for nor
 build from another team's files. An upload is written to a temporary file, checked (a readable
-tar of regular files, directories and symlinks with relative names, nothing else) and only then
-renamed into place: a half-written or hostile archive never becomes "present".
+tar of regular files, directories and symlinks with relative names, the links pointing inside
+the context, nothing else) and only then renamed into place: a half-written or hostile archive
+never becomes "present".
 
 Staging a ``COPY`` extracts the archive with the standard library's ``data`` filter (no absolute
 names, no ``..``, no links leaving the directory, no devices) and picks the entries the step's
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import glob
 import os
+import posixpath
 import shutil
 import tarfile
 import tempfile
@@ -62,7 +64,7 @@ class ContextStore:
                     size += len(chunk)
                     if size > limit:
                         raise UploadRejected(
-                            f"the archive is larger than {limit} bytes (limits.max_upload_bytes)"
+                            f"the archive is larger than {limit} bytes (templates.max_context_mib)"
                         )
                     out.write(chunk)
             await asyncio.to_thread(_check_archive, temp)
@@ -142,5 +144,20 @@ def _check_archive(path: Path) -> None:
                     raise UploadRejected(
                         f"archive member {name!r} is not a file, directory or symlink"
                     )
+                if member.issym() and _escapes(name, member.linkname):
+                    raise UploadRejected(
+                        f"archive member {name!r} links to {member.linkname!r}, outside the "
+                        "build context (COPY keeps symlinks; point them inside, relatively)"
+                    )
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise UploadRejected(f"the upload is not a (gzip'ed) tar archive: {exc}") from None
+
+
+def _escapes(name: str, target: str) -> bool:
+    """Whether a symlink ``name -> target`` points outside the context: the rule of the
+    ``data`` filter ``stage`` extracts with, checked here so such an archive is refused when
+    it arrives instead of failing a build later."""
+    if not target or target.startswith("/"):
+        return True
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
+    return resolved == ".." or resolved.startswith("../")

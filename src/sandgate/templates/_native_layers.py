@@ -220,13 +220,17 @@ class NativeLayers:
 
 
 def _argv(bwrap: str, root: Path, action: Action, script: str) -> list[str]:
+    # SECURITY: the step's fresh /proc is the host kernel's; its /proc/sys and sysrq trigger
+    # are bound read-only over it. A kernel without a sysrq trigger (built without
+    # CONFIG_MAGIC_SYSRQ, or a sandboxed kernel) has none in the fresh /proc either, so
+    # "-try" skips only what is not there to protect.
     argv = [
         bwrap,
         "--bind", str(root), "/",
         "--dev", "/dev",
         "--proc", "/proc",
         "--ro-bind", "/proc/sys", "/proc/sys",
-        "--ro-bind", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
+        "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
         "--unshare-pid", "--unshare-ipc", "--unshare-uts",
         "--die-with-parent", "--new-session",
         "--cap-drop", "ALL",

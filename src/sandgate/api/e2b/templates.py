@@ -5,6 +5,9 @@ Routes and success codes are exactly those the pinned SDKs and the E2B CLI call
 signed upload URL, the build start → 202, status polling with ``logsOffset``, tags 201/204.
 Every error is JSON ``{"code", "message"}`` (the generated Python client requires both).
 
+``DELETE /templates/{id}`` is the snapshots router's (``api/e2b/snapshots.py``): it deletes a
+snapshot of that id or name, else the team template (``BuildService.delete``).
+
 The upload URL is the one route here without an API key: like the presigned URL E2B hands
 out, its HMAC signature (template, files hash, expiry) is the credential, so the SDK's plain
 ``PUT`` works unchanged.
@@ -368,11 +371,6 @@ def build_templates_router(
         if body.public is not None:
             template = builds.set_public(caller.team_id, template_id, body.public)
         return JSONResponse({"names": names(template)})
-
-    @router.delete("/templates/{template_id}")
-    async def delete(template_id: str, caller: Caller) -> Response:
-        await builds.delete(caller.team_id, template_id)
-        return Response(status_code=204)
 
     return router
 

@@ -3,13 +3,22 @@ cache on a rebuild with one changed step, tags, aliases, background builds and f
 
 Argument: the template name (shared by every client of one server, so later clients' builds
 are answered from the layer cache).
+
+``steps NAME IMAGE`` builds a second, smaller template with the steps the first leaves out:
+``from_dockerfile`` (the SDK converts the Dockerfile; its ``FROM`` of the locally tagged
+``IMAGE`` is the ``from_image`` wire request), ``npm_install`` of a local tarball (no registry),
+``skip_cache`` (a forced step reruns on a rebuild while the steps before it come from the
+cache) and ``set_ready_cmd`` (create returns after the ready command ran).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import os
+import sys
+import tarfile
 import tempfile
 import time
 import zipfile
@@ -163,5 +172,76 @@ def scenario(args: list[str]) -> dict[str, Any]:
     return out
 
 
+#: The second template's Dockerfile: ``{image}`` is a locally tagged image (no registry).
+DOCKERFILE = """\
+FROM {image}
+ENV DF_VAR=df-ok npm_config_audit=false npm_config_fund=false npm_config_update_notifier=false
+RUN apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \\
+    --no-install-recommends nodejs npm && rm -rf /var/lib/apt/lists/*
+WORKDIR /opt/df
+COPY sgnpm-1.0.0.tgz /opt/df/
+RUN echo dockerfile-ok > /opt/df/marker
+"""
+
+STEPS_PROBE = (
+    "whoami; pwd; echo $DF_VAR; cat /opt/df/marker; sgnpm; "
+    "test -f /tmp/ready-ran && echo ready-ran; cat /opt/df/forced"
+)
+
+
+def write_npm_tarball(path: str) -> None:
+    """A package with a ``bin``, packed as ``npm pack`` would (everything under ``package/``)."""
+    files = {
+        "package/package.json": (
+            b'{"name": "sgnpm", "version": "1.0.0", "bin": {"sgnpm": "bin.js"}}\n',
+            0o644,
+        ),
+        "package/bin.js": (b"#!/usr/bin/env node\nconsole.log('npm-ok');\n", 0o755),
+    }
+    with tarfile.open(path, "w:gz") as tar:
+        for name, (data, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, 1577836800
+            tar.addfile(info, io.BytesIO(data))
+
+
+def steps_template(context: str, image: str) -> Any:
+    return (
+        Template(file_context_path=context)
+        .from_dockerfile(DOCKERFILE.format(image=image))
+        .npm_install("/opt/df/sgnpm-1.0.0.tgz", g=True)
+        .skip_cache()
+        .run_cmd("cat /proc/sys/kernel/random/uuid > /opt/df/forced", user="root")
+        .set_ready_cmd("touch /tmp/ready-ran")
+    )
+
+
+def probe(name: str) -> dict[str, Any]:
+    sbx = Sandbox.create(name)
+    try:
+        return command_result(sbx.commands.run(STEPS_PROBE))
+    finally:
+        sbx.kill()
+
+
+def steps_scenario(args: list[str]) -> dict[str, Any]:
+    name, image = args
+    context = tempfile.mkdtemp(prefix="sg-tpl-steps-")
+    write_npm_tarball(os.path.join(context, "sgnpm-1.0.0.tgz"))
+    tpl = steps_template(context, image)
+    out: dict[str, Any] = {"name": name}
+    _, out["logs"] = build(tpl, name)
+    out["probe"] = probe(name)
+    _, logs = build(tpl, name)
+    out["rebuild_cached"] = [line for line in logs if line.startswith("CACHED")]
+    out["rebuild_ran"] = [line for line in logs if line.startswith("[") and "/" in line]
+    out["probe_after_rebuild"] = probe(name)
+    return out
+
+
 if __name__ == "__main__":
-    run(scenario)
+    if sys.argv[1:2] == ["steps"]:
+        del sys.argv[1]
+        run(steps_scenario)
+    else:
+        run(scenario)
