@@ -40,10 +40,14 @@ from sandgate.api.strict import StrictJsonBody
 from sandgate.api.v1 import build_v1_router
 from sandgate.api.v1.agents import build_agents_router
 from sandgate.api.v1.workflows import build_workflows_router
+from sandgate.approvals import ApprovalState
 from sandgate.config import Config
 from sandgate.egress import EgressHook
 from sandgate.errors import SandgateError, TemplateNotFound
 from sandgate.guest import build_zipapp
+from sandgate.observability import tracing
+from sandgate.observability.edge import Edge
+from sandgate.observability.metrics import Metrics
 from sandgate.runtimes import Runtime
 from sandgate.runtimes.floors import FloorReport
 from sandgate.runtimes.select import select
@@ -130,8 +134,10 @@ class Application:
             audit=self._audit_sandbox_event,
             network=self.egress_hook,
             volumes=self.volumes,
-            observers=[self.telemetry],
+            observers=[self.telemetry, *self._observed(config)],
         )
+        if self.metrics is not None:
+            self.sandboxes.on_create = self.metrics.sandbox_created
         # -- team templates (issue 18): the E2B template API and its build jobs -------------
         instance = instance_id(home)
         self.templates = BuildService(
@@ -213,6 +219,9 @@ class Application:
                 "mcp": self.gateway.registry.mcp_health(),
             }
 
+        if self.metrics is not None:  # Prometheus (issue 16): GET /metrics, control plane only
+            control.router.routes.append(Route("/metrics", self.metrics.endpoint, name="metrics"))
+
         volume_content = build_volume_content_app(self.volumes)
         _install_error_handlers(volume_content)
         self.asgi: ASGIApp = Router(
@@ -227,6 +236,26 @@ class Application:
             self.sandboxes,
             ports=PortProxy(),
         )
+        if self.metrics is not None or config.observability.traces:
+            self.asgi = Edge(self.asgi, self.metrics)
+
+    def _observed(self, config: Config) -> list[Metrics]:
+        """Builds the Prometheus metrics when ``observability.prometheus`` is on and hooks
+        them where the events are seen; the list is the lifecycle observer to add."""
+        self.metrics: Metrics | None = None
+        if not config.observability.prometheus:
+            return []
+        self.metrics = metrics = Metrics(
+            self.store,
+            pools=lambda: self.sandboxes.warm_pool_sizes(),
+            approvals_pending=lambda: len(
+                self.gateway.approvals.list_approvals(ApprovalState.PENDING)
+            ),
+            token=config.observability.metrics_token,
+        )
+        self.gateway.audit.on_commit = metrics.audit_committed
+        self.gateway.on_call = metrics.tool_call
+        return [metrics]
 
     async def _audit_sandbox_event(self, record: dict[str, Any]) -> None:
         await self.gateway.audit.write(record)
@@ -256,6 +285,9 @@ class Application:
         await self.volumes.sweep()
         await self.sandboxes.start()
         await self.telemetry.start()
+        if self.config.observability.traces:
+            observed = self.config.observability
+            tracing.install(tracing.otlp_provider(observed.service_name, observed.otlp_endpoint))
         await self.agents.start()
         await self.workflows.start()  # after what its steps use: it recovers runs at once
         log.info("server.ready", runtime=self.runtime.name)
@@ -273,6 +305,8 @@ class Application:
             await full_check
             await asyncio.to_thread(self.gateway.audit.close)
             self.store.close()
+            if self.config.observability.traces:
+                await asyncio.to_thread(tracing.uninstall)
 
 
 def create_app(config: Config) -> Application:

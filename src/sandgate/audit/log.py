@@ -36,8 +36,9 @@ import json
 import os
 import queue
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -80,6 +81,7 @@ class _Pending:
     record: dict[str, Any]
     future: concurrent.futures.Future[dict[str, Any]]
     waiting: bool = True
+    submitted: float = field(default_factory=time.monotonic)
 
     def settle(self, record: dict[str, Any] | None, error: BaseException | None = None) -> None:
         """Hands the outcome to the caller, unless it stopped waiting (the record stays)."""
@@ -128,6 +130,9 @@ class AuditLog:
         #: Records written and batches committed (one write + one fsync each), since start.
         self.records_written = 0
         self.batches = 0
+        #: Told of each durable record and the seconds since it was submitted (the metrics);
+        #: called on the writer thread, must be quick and must not raise.
+        self.on_commit: Callable[[dict[str, Any], float], None] | None = None
 
     # -- writing --------------------------------------------------------------------------
 
@@ -322,8 +327,14 @@ class AuditLog:
             for pending in writable:
                 pending.settle(None, error)
             return
+        durable = time.monotonic()
         for pending, record in zip(writable, sealed, strict=True):
             pending.settle(record)
+            if self.on_commit is not None:
+                try:
+                    self.on_commit(record, durable - pending.submitted)
+                except Exception:  # an observer's bug must not leave callers waiting
+                    log.exception("audit.observer_failed")
 
     def _commit(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """One batch: head check, seal, one write, one fsync, one index transaction."""

@@ -42,7 +42,7 @@ from sandgate.config._model import (
     TlsConfig,
 )
 from sandgate.config._presets import PACKAGE_REGISTRIES, PRESETS, preset_of
-from sandgate.config._telemetry import MetricsConfig, SandboxLogsConfig
+from sandgate.config._telemetry import MetricsConfig, ObservabilityConfig, SandboxLogsConfig
 
 __all__ = [
     "PACKAGE_REGISTRIES",
@@ -67,6 +67,7 @@ __all__ = [
     "McpTool",
     "MetricsConfig",
     "ModelChoice",
+    "ObservabilityConfig",
     "PolicyConfig",
     "PolicyRule",
     "PresetRule",

@@ -30,7 +30,7 @@ from sandgate.config._gateway import (
     ToolConfig,
     check_gateway_references,
 )
-from sandgate.config._telemetry import MetricsConfig, SandboxLogsConfig
+from sandgate.config._telemetry import MetricsConfig, ObservabilityConfig, SandboxLogsConfig
 from sandgate.config._workflows import WorkflowsConfig, check_workflow_references
 
 
@@ -273,6 +273,8 @@ class Config(_Section):
     # E2B metrics and sandbox logs (config/_telemetry.py).
     metrics: MetricsConfig = MetricsConfig()
     sandbox_logs: SandboxLogsConfig = SandboxLogsConfig()
+    # Prometheus /metrics and OpenTelemetry traces (config/_telemetry.py); both off.
+    observability: ObservabilityConfig = ObservabilityConfig()
 
     @model_validator(mode="after")
     def _gateway_references(self) -> Config:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["MetricsConfig", "SandboxLogsConfig"]
+__all__ = ["MetricsConfig", "ObservabilityConfig", "SandboxLogsConfig"]
 
 
 class _Section(BaseModel):
@@ -42,3 +42,29 @@ class SandboxLogsConfig(_Section):
     #: The whole table (every sandbox, running or ended): beyond this size the oldest entries
     #: go first, whichever sandbox they belong to.
     max_total_mib: int = Field(256, ge=1)
+
+
+class ObservabilityConfig(_Section):
+    """What an operator's monitoring sees: ``GET /metrics`` (Prometheus) and OTLP traces.
+
+    Both are off by default. ``/metrics`` holds no secret (counts, template and tool names,
+    error codes) but says how busy the server is and what it runs, so it is served only when
+    ``prometheus`` is on; scrapers carry no E2B key, so it asks for none, unless
+    ``metrics_token`` is set: then ``Authorization: Bearer <token>`` is required (Prometheus'
+    ``authorization: {credentials: ...}``). Set a token whenever the port is reachable from
+    outside the monitoring network.
+    """
+
+    #: Serve ``GET /metrics`` on the server's port (the control plane; sandbox-routed
+    #: requests never reach it).
+    prometheus: bool = False
+    #: When set, ``GET /metrics`` requires this bearer token (at least 16 characters).
+    metrics_token: str | None = Field(None, min_length=16, max_length=512)
+    #: Export OpenTelemetry traces over OTLP/HTTP.
+    traces: bool = False
+    #: The collector's traces URL (``http://collector:4318/v1/traces``); unset: the standard
+    #: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``/``OTEL_EXPORTER_OTLP_ENDPOINT`` variables, else
+    #: the exporter's default (``http://localhost:4318/v1/traces``).
+    otlp_endpoint: str | None = None
+    #: The traces' ``service.name``.
+    service_name: str = Field("sandgate", min_length=1, max_length=100)

@@ -512,12 +512,18 @@ class GuestClient:
         self._on_unreachable = on_unreachable
 
     async def _open(self, request: dict[str, Any]) -> _Connection:
-        try:
-            return await _Connection.open(self.socket_path, request)
-        except GuestUnavailable:
-            if self._on_unreachable is not None:
-                self._on_unreachable()
-            raise
+        # Imported here: this module ships in the guest's zipapp (never imported there), which
+        # holds nothing of the gateway's package. The span covers connecting and sending.
+        from sandgate.observability import tracing
+
+        sandbox_id = os.path.basename(os.path.dirname(self.socket_path))
+        with tracing.span(f"guest.{request.get('op')}", sandbox__id=sandbox_id):
+            try:
+                return await _Connection.open(self.socket_path, request)
+            except GuestUnavailable:
+                if self._on_unreachable is not None:
+                    self._on_unreachable()
+                raise
 
     # ---- health and environment
 

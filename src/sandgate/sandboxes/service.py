@@ -19,6 +19,7 @@ import re
 import secrets
 import shutil
 import string
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -43,6 +44,7 @@ from sandgate.errors import (
 )
 from sandgate.guest.client import Ended, GuestClient, GuestError, GuestUnavailable, Output
 from sandgate.guest.protocol import EGRESS_PROXY_PORT
+from sandgate.observability import tracing
 from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec, VolumeMount, sandbox_seeds
 from sandgate.sandboxes.catalog import resolve
 from sandgate.sandboxes.hooks import LifecycleObserver, NetworkUpdater, SandboxHook, VolumeLender
@@ -159,6 +161,9 @@ class SandboxService:
         self._hooks = list(hooks)
         self._audit = audit
         self._observers = list(observers)
+        #: Told of each create's template (``-`` if none resolved), outcome (``ok`` or the
+        #: error code) and seconds (the metrics); must be quick and must not raise.
+        self.on_create: Callable[[str, str, float], None] | None = None
         self._pending_audit: set[asyncio.Task[None]] = set()
         self._root = config.home_dir / "sandboxes"
         self._routes: dict[str, Route] = {}
@@ -193,6 +198,32 @@ class SandboxService:
         ``RuntimeUnavailable``. On any failure nothing is left behind: no row, no container,
         no directory.
         """
+        started = time.monotonic()
+        resolved: list[str] = []  # the template's name once known: the metrics' label
+        outcome = "ok"
+        with tracing.span("sandbox.create", template=str(request.template)[:200]) as span:
+            try:
+                row = await self._create_checked(principal, request, source, resolved)
+                span.set(sandbox__id=row.id)
+                return row
+            except SandgateError as exc:
+                outcome = exc.code
+                raise
+            except BaseException:
+                outcome = "internal"
+                raise
+            finally:
+                if self.on_create is not None:
+                    label = resolved[0] if resolved else "-"
+                    self.on_create(label, outcome, time.monotonic() - started)
+
+    async def _create_checked(
+        self,
+        principal: Principal,
+        request: CreateRequest,
+        source: Snapshot | None,
+        resolved: list[str],
+    ) -> Sandbox:
         _check_lifecycle(request)
         if source is None:
             source = self._snapshots.resolve(principal.team_id, request.template)
@@ -228,6 +259,7 @@ class SandboxService:
                 f"`e2b template create`, or `sandgate templates build` for the shipped ones); "
                 "`e2b template list` shows what your team can use"
             )
+        resolved.append(template.name)
         mounts = await self._claim_volumes(principal.team_id, request.volume_mounts)
         try:
             return await self._create(
@@ -400,6 +432,10 @@ class SandboxService:
         return ref
 
     # -- warm pool ------------------------------------------------------------------------
+
+    def warm_pool_sizes(self) -> dict[str, int]:
+        """Started sandboxes waiting in each template's warm pool (the metrics' gauge)."""
+        return {key: len(pool) for key, pool in self._pool.items()}
 
     async def _take_warm(self, template: Template, cpu: int, memory: int) -> _Warm | None:
         """A started, unclaimed, answering sandbox of ``template`` with the default size."""

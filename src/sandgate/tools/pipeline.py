@@ -43,6 +43,7 @@ from sandgate.errors import (
     ToolTimeout,
     error_for_code,
 )
+from sandgate.observability import tracing
 from sandgate.policy import DEFAULT_DENY, CallBudget, Decision, PolicyEngine, RateLimiter, Subject
 from sandgate.secrets import Redactor, SecretStore
 from sandgate.tools.budgets import RunBudgets
@@ -155,6 +156,9 @@ class Gateway:
             self._remember,
             self._audit,
         )
+        #: Told of each call's tool (``None`` if it named none registered) and audited
+        #: outcome (the metrics); must be quick and must not raise.
+        self.on_call: Callable[[str | None, str], None] | None = None
 
     async def call(
         self,
@@ -166,20 +170,25 @@ class Gateway:
         """Runs one call through every stage; never raises a ``SandgateError`` (the result
         carries it). Runs to completion even if the caller goes away."""
         call = Call(subject, name, arguments, idempotency_key)
-        try:
-            for stage in self._decide_stages:
-                await stage(call)
-        except SandgateError as exc:
-            call.error = exc
-        finally:
-            call.secrets = {}
-        try:
-            for stage in self._finish_stages:
-                await stage(call)
-        except AuditUnavailable as exc:
-            call.error, call.result = exc, None
-        finally:
-            self._release_key(call)
+        with tracing.span("tool.call", **_span_ids(subject)) as span:
+            try:
+                for stage in self._decide_stages:
+                    await stage(call)
+            except SandgateError as exc:
+                call.error = exc
+            finally:
+                call.secrets = {}
+            try:
+                for stage in self._finish_stages:
+                    await stage(call)
+            except AuditUnavailable as exc:
+                call.error, call.result = exc, None
+            finally:
+                self._release_key(call)
+            tool, outcome = call.tool.name if call.tool else None, outcome_of(call.error)
+            span.set(tool=tool, outcome=outcome)
+            if self.on_call is not None:
+                self.on_call(tool, outcome)
         return _result(call)
 
     def visible_tools(self, subject: Subject) -> list[Tool]:
@@ -225,7 +234,9 @@ class Gateway:
         self._resolve_and_validate(call)
 
     async def _decide(self, call: Call) -> None:
-        call.decision = decision = self._decision(call)
+        with tracing.span("tool.policy", tool=_tool(call).name) as span:
+            call.decision = decision = self._decision(call)
+            span.set(effect=decision.effect, rule=decision.rule_id)
         if decision.effect == "deny":
             raise PolicyDenied(f"{_label(call)}: {decision.reason}")
         rule = decision.rule
@@ -319,7 +330,8 @@ class Gateway:
         for attempt in range(1, attempts + 1):
             call.attempts = attempt
             try:
-                call.result = await _run_once(tool, call.arguments, context)
+                with tracing.span("tool.execute", tool=tool.name, attempt=attempt):
+                    call.result = await _run_once(tool, call.arguments, context)
                 return
             except ToolFailed as exc:
                 # SECURITY: only an idempotent tool is ever run twice (a write never is).
@@ -490,6 +502,17 @@ def _tool(call: Call) -> Tool:
     if call.tool is None:
         raise PolicyDenied("no tool resolved (default deny)")
     return call.tool
+
+
+def _span_ids(subject: Subject) -> dict[str, Any]:
+    """The ids a tool call's span carries: its sandbox, agent and workflow run."""
+    ids = subject.as_dict()
+    workflow = ids.get("workflow") or {}
+    return {
+        "sandbox__id": subject.sandbox_id,
+        "agent": subject.agent,
+        "run__id": workflow.get("run"),
+    }
 
 
 def _label(call: Call) -> str:
