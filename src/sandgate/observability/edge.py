@@ -10,6 +10,7 @@ from typing import Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sandgate.api.routing import ENVD_PORT
 from sandgate.observability import tracing
 from sandgate.observability.metrics import Metrics
 
@@ -37,7 +38,10 @@ class Edge:
                 status = int(message["status"])
             elif message["type"] == "http.response.body" and not peeked and status >= 400:
                 peeked = True
-                self._count_error(status, message.get("body", b""))
+                # SECURITY: a sandbox's own server (a relayed port) writes what it likes:
+                # its bodies never name a label value, or it could grow the registry.
+                own = scope.get("sandgate.port", ENVD_PORT) == ENVD_PORT
+                self._count_error(status, message.get("body", b"") if own else b"")
             await send(message)
 
         method = str(scope.get("method", "WS"))
@@ -59,7 +63,8 @@ class Edge:
 
 
 def _code_of(status: int, body: bytes) -> str:
-    """The body's ``error_code`` (ours), else its Connect ``code`` (envd), else the status."""
+    """The body's ``error_code`` (ours), else its Connect ``code`` (envd), else the status.
+    Only Sandgate's own answers are read (control plane and envd)."""
     if body and len(body) <= _PEEK_LIMIT:
         try:
             data: Any = json.loads(body)

@@ -126,8 +126,9 @@ class Metrics:
     # -- GET /metrics ---------------------------------------------------------------------
 
     async def endpoint(self, request: Request) -> Response:
-        """The Prometheus text format (OpenMetrics when the scraper's ``Accept`` asks). With ``observability.metrics_token`` set, only a
-        request with ``Authorization: Bearer <token>`` gets it (401 otherwise)."""
+        """The Prometheus text format (OpenMetrics when the scraper's ``Accept`` asks).
+        With ``observability.metrics_token`` set, only a request carrying
+        ``Authorization: Bearer <token>`` gets it (401 otherwise)."""
         if self._token is not None:
             given = request.headers.get("authorization", "")
             scheme, _, value = given.partition(" ")

@@ -209,6 +209,9 @@ class SandboxService:
             except SandgateError as exc:
                 outcome = exc.code
                 raise
+            except asyncio.CancelledError:
+                outcome = "cancelled"
+                raise
             except BaseException:
                 outcome = "internal"
                 raise
