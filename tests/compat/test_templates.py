@@ -95,15 +95,16 @@ def test_template_build_with_every_step_kind(
 
 @pytest.fixture
 def local_image() -> Iterator[str]:
-    """The shipped ``base`` image under a name of this test's own, known only to the local
-    engine (no registry has it); the tag is removed afterwards (the image itself stays)."""
+    """The shipped ``code-interpreter-v1`` image (it has Node.js and npm) under a name of this
+    test's own, known only to the local engine (no registry has it); the tag is removed
+    afterwards (the image itself stays)."""
     from sandgate.templates import TemplateBuilder
 
     client = docker.from_env()
     try:
-        built = TemplateBuilder(client).status("base")
-        assert built is not None, "the shipped base template is not built"
-        name = f"sandgate-compat-local/base-{secrets.token_hex(4)}"
+        built = TemplateBuilder(client).status("code-interpreter-v1")
+        assert built is not None, "the shipped code-interpreter-v1 template is not built"
+        name = f"sandgate-compat-local/ci-{secrets.token_hex(4)}"
         client.images.get(built.image_id).tag(name, "v1")
         yield f"{name}:v1"
         client.images.remove(f"{name}:v1", noprune=True)
@@ -136,7 +137,7 @@ def test_template_build_from_a_dockerfile_with_npm_ready_cmd_and_skip_cache(
     cached = result["rebuild_cached"]
     ran = result["rebuild_ran"]
     assert cached[0].startswith("CACHED [base]"), cached
-    assert any("apt-get" in line for line in cached), cached
+    assert any("RUN node --version" in line for line in cached), cached
     assert any("npm install -g /opt/df/sgnpm-1.0.0.tgz" in line for line in cached), cached
     assert not any("random/uuid" in line for line in cached), cached
     assert any("RUN cat /proc/sys/kernel/random/uuid" in line for line in ran), ran

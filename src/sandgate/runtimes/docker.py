@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import json
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -112,6 +112,9 @@ class DockerRuntime:
         #: Sandboxes between staging and their container's start: ``list`` must not take
         #: their stages for orphans.
         self._creating: set[str] = set()
+        #: One set per ``list`` in progress, collecting every create that starts meanwhile:
+        #: such a stage may appear after the engine's listing was taken, container and all.
+        self._list_watches: list[set[str]] = []
         #: Each running sandbox's cgroup files, found once from its init's pid (``stats``).
         self._cgroup_files: dict[str, CgroupFiles] = {}
 
@@ -133,8 +136,7 @@ class DockerRuntime:
             )
         await self._ensure_shim()
         state_dir = self._state_root / spec.sandbox_id
-        self._creating.add(spec.sandbox_id)
-        try:
+        with self._in_creation(spec.sandbox_id):
             stage = await asyncio.to_thread(self._prepare, spec, state_dir)
             kwargs = self._run_arguments(spec, stage)
             try:
@@ -149,9 +151,19 @@ class DockerRuntime:
             except BaseException:
                 await self.kill(spec.sandbox_id)
                 raise
-        finally:
-            self._creating.discard(spec.sandbox_id)
         return str(container.id)
+
+    @contextlib.contextmanager
+    def _in_creation(self, sandbox_id: str) -> Iterator[None]:
+        """Marks a create in flight for ``list``, which must not take its stage for an
+        orphan."""
+        self._creating.add(sandbox_id)
+        for watch in self._list_watches:
+            watch.add(sandbox_id)
+        try:
+            yield
+        finally:
+            self._creating.discard(sandbox_id)
 
     def _prepare(self, spec: SandboxSpec, state_dir: Path) -> Path:
         rootfs = resolve_rootfs(spec.image_ref, self._rootfs_dir, self._base_url)
@@ -239,22 +251,30 @@ class DockerRuntime:
             result: list[dict[str, Any]] = client.api.containers(all=True, filters=filters)
             return result
 
-        # Taken before the listing: a create that ends meanwhile has its container listed.
+        # A stage is an orphan only if no create was in flight for it at any moment of this
+        # call: the ones in flight now (taken before the listing, so a create that ends
+        # meanwhile has its container listed) and every one that starts until the end.
         creating = set(self._creating)
-        found = []
-        for row in await self._call(listing):
-            state = {"running": RuntimeState.RUNNING, "paused": RuntimeState.PAUSED}.get(
-                row.get("State", ""), RuntimeState.GONE
-            )
-            labels = row.get("Labels") or {}
-            found.append(RuntimeSandbox(labels.get(_LABEL_SANDBOX, ""), row["Id"], state))
-        # Stages (and uid slots) of this instance whose containers went away while we were down.
-        known = {sandbox.sandbox_id for sandbox in found} | creating
-        for sandbox_id in list(staged()):
-            info = read_info(sandbox_id)
-            mine = info.get("instance") == self._instance_id and info.get("runtime") == "docker"
-            if mine and sandbox_id not in known:
-                await asyncio.to_thread(self._cleanup, sandbox_id)
+        started: set[str] = set()
+        self._list_watches.append(started)
+        try:
+            found = []
+            for row in await self._call(listing):
+                state = {"running": RuntimeState.RUNNING, "paused": RuntimeState.PAUSED}.get(
+                    row.get("State", ""), RuntimeState.GONE
+                )
+                labels = row.get("Labels") or {}
+                found.append(RuntimeSandbox(labels.get(_LABEL_SANDBOX, ""), row["Id"], state))
+            # Stages (and uid slots) of this instance whose containers went away while we were
+            # down.
+            known = {sandbox.sandbox_id for sandbox in found} | creating
+            for sandbox_id in list(staged()):
+                info = read_info(sandbox_id)
+                mine = info.get("instance") == self._instance_id and info.get("runtime") == "docker"
+                if mine and sandbox_id not in known and sandbox_id not in started:
+                    await asyncio.to_thread(self._cleanup, sandbox_id)
+        finally:
+            self._list_watches.remove(started)
         return found
 
     async def pid(self, sandbox_id: str) -> int | None:
