@@ -51,7 +51,7 @@ def test_template_build_with_every_step_kind(
         "user 750",  # copy(user=, mode=)
         "data.txt",  # a symlink in a copied directory stays a symlink
         "single-ok",  # copy of one file
-        "/usr/bin/tree",  # apt_install
+        "/usr/bin/sgtree",  # apt_install (from a local repository: no network)
     ]
     if client.lang == "python":
         expected.append("wheel-ok")  # pip_install (a local wheel: PyPI is not reachable)
@@ -65,9 +65,9 @@ def test_template_build_with_every_step_kind(
     ]
     assert lines == expected, probe
 
-    # The rebuild changes the marker step (15 of 17 in Python, 14 of 16 in JS, which has no
+    # The rebuild changes the marker step (16 of 18 in Python, 15 of 17 in JS, which has no
     # pip_install): the base and every step before it come from the layer cache.
-    changed, total = (15, 17) if client.lang == "python" else (14, 16)
+    changed, total = (16, 18) if client.lang == "python" else (15, 17)
     cached = result["rebuild_cached"]
     assert len(cached) == changed - 1, cached
     assert cached[0].startswith("CACHED [base]"), cached

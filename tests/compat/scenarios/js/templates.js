@@ -14,10 +14,26 @@ const RUN_NONCE = require('node:crypto').randomBytes(6).toString('hex')
 const PROBE = [
   'whoami; pwd; echo $SCENARIO_ENV; cat /tmp/whoami-build /etc/scenario-root',
   "stat -c '%U %a' /opt/files/data.txt; readlink /opt/files/link.txt; cat /opt/single.txt",
-  'command -v tree; test -d /home/user/clone/.git && echo cloned; test -d /opt/made && echo made',
+  'command -v sgtree; test -d /home/user/clone/.git && echo cloned; test -d /opt/made && echo made',
   'readlink /opt/single-link; test -e /opt/gone || echo gone; cat /opt/new',
   'curl -s localhost:8123/marker.txt',
 ].join('; ')
+
+// A local apt repository with one package of our own (sgtree), in place of Debian's sources:
+// aptInstall then reaches no network.
+const LOCAL_APT_REPO = [
+  "set -e; d=/opt/sgrepo; mkdir -p $d/pkg/DEBIAN $d/pkg/usr/bin; ",
+  "printf 'Package: sgtree\\nVersion: 1.0\\nArchitecture: all\\n",
+  "Maintainer: s <s@g>\\nDescription: apt_install probe\\n' > $d/pkg/DEBIAN/control; ",
+  "printf '#!/bin/sh\\necho apt-ok\\n' > $d/pkg/usr/bin/sgtree; ",
+  "chmod 755 $d/pkg/usr/bin/sgtree; dpkg-deb -b $d/pkg $d/sgtree.deb >/dev/null; ",
+  "cd $d; { dpkg-deb -f sgtree.deb; echo Filename: ./sgtree.deb; ",
+  "echo Size: $(stat -c %s sgtree.deb); ",
+  "echo SHA256: $(sha256sum sgtree.deb | cut -d' ' -f1); } > Packages; ",
+  "mkdir -p $d/off; ",
+  "mv /etc/apt/sources.list.d/* /etc/apt/sources.list $d/off/ 2>/dev/null || true; ",
+  "echo 'deb [trusted=yes] file:/opt/sgrepo ./' > /etc/apt/sources.list.d/sgrepo.list",
+].join('')
 
 function makeContext() {
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'sg-tpl-'))
@@ -36,7 +52,8 @@ function template(context, version) {
     .runCmd('echo root-ok > /etc/scenario-root', { user: 'root' })
     .copy('files', '/opt/files', { user: 'user', mode: 0o750 })
     .copy('single.txt', '/opt/single.txt')
-    .aptInstall('tree')
+    .runCmd(LOCAL_APT_REPO, { user: 'root' })
+    .aptInstall('sgtree')
     .runCmd(
       'git init -q /tmp/src && git -C /tmp/src -c user.email=s@g -c user.name=s ' +
         'commit -q --allow-empty -m init'

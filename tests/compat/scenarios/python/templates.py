@@ -33,10 +33,27 @@ RUN_NONCE = os.urandom(6).hex()
 PROBE = (
     "whoami; pwd; echo $SCENARIO_ENV; cat /tmp/whoami-build /etc/scenario-root; "
     "stat -c '%U %a' /opt/files/data.txt; readlink /opt/files/link.txt; cat /opt/single.txt; "
-    "command -v tree; python3 -c 'import sgprobe; print(sgprobe.VALUE)'; "
+    "command -v sgtree; python3 -c 'import sgprobe; print(sgprobe.VALUE)'; "
     "test -d /home/user/clone/.git && echo cloned; test -d /opt/made && echo made; "
     "readlink /opt/single-link; test -e /opt/gone || echo gone; cat /opt/new; "
     "curl -s localhost:8123/marker.txt"
+)
+
+
+#: A local apt repository with one package of our own (``sgtree``), in place of Debian's
+#: sources: ``apt_install`` then reaches no network.
+LOCAL_APT_REPO = (
+    "set -e; d=/opt/sgrepo; mkdir -p $d/pkg/DEBIAN $d/pkg/usr/bin; "
+    "printf 'Package: sgtree\\nVersion: 1.0\\nArchitecture: all\\n"
+    "Maintainer: s <s@g>\\nDescription: apt_install probe\\n' > $d/pkg/DEBIAN/control; "
+    "printf '#!/bin/sh\\necho apt-ok\\n' > $d/pkg/usr/bin/sgtree; "
+    "chmod 755 $d/pkg/usr/bin/sgtree; dpkg-deb -b $d/pkg $d/sgtree.deb >/dev/null; "
+    "cd $d; { dpkg-deb -f sgtree.deb; echo Filename: ./sgtree.deb; "
+    "echo Size: $(stat -c %s sgtree.deb); "
+    "echo SHA256: $(sha256sum sgtree.deb | cut -d' ' -f1); } > Packages; "
+    "mkdir -p $d/off; "
+    "mv /etc/apt/sources.list.d/* /etc/apt/sources.list $d/off/ 2>/dev/null || true; "
+    "echo 'deb [trusted=yes] file:/opt/sgrepo ./' > /etc/apt/sources.list.d/sgrepo.list"
 )
 
 
@@ -83,7 +100,8 @@ def template(context: str, version: str) -> Any:
         .run_cmd("echo root-ok > /etc/scenario-root", user="root")
         .copy("files", "/opt/files", user="user", mode=0o750)
         .copy("single.txt", "/opt/single.txt")
-        .apt_install("tree")
+        .run_cmd(LOCAL_APT_REPO, user="root")
+        .apt_install("sgtree")
         .pip_install("/opt/files/sgprobe-0.1-py3-none-any.whl")
         .run_cmd(
             "git init -q /tmp/src && git -C /tmp/src -c user.email=s@g -c user.name=s "
