@@ -1,10 +1,12 @@
-"""Root file systems for the bwrap runtime: a template image as a plain directory.
+"""Root file systems for sandboxes (both runtimes): a template image as a plain directory.
 
 With a Docker engine, the template's image is exported once (``docker create`` + ``docker
-export`` piped into ``tar``) to ``<cache>/<image id>/`` and its environment and working
-directory to ``<cache>/<image id>.json``; the JSON is written last, so a directory without it
-is an interrupted export and is redone. The cache is keyed by image id, so a rebuilt template
-gets a fresh tree and running sandboxes keep theirs.
+export`` piped into ``tar``) to ``<cache>/<image id>/`` and its environment, working directory
+and layer ids to ``<cache>/<image id>.json``; the JSON is written last, so a directory without
+it is an interrupted export and is redone. An image whose layers begin with those of a tree
+already here gets that tree hard-linked plus its remaining layers instead (``_tree_derive``).
+The cache is keyed by image id, so a rebuilt template gets a fresh tree and running sandboxes
+keep theirs.
 
 Without Docker, the operator provides ``<cache>/by-name/<image ref with '/' and ':' as '_'>/``
 (for example ``debootstrap`` + the provisioning of ``images/base/Dockerfile``, or a ``docker
@@ -33,6 +35,7 @@ import docker
 import docker.errors
 
 from sandgate.errors import RuntimeUnavailable
+from sandgate.runtimes._tree_derive import derive_tree, layer_dirs
 
 __all__ = ["Rootfs", "by_name_dir", "resolve_rootfs"]
 
@@ -74,10 +77,38 @@ def resolve_rootfs(image_ref: str, cache: Path, docker_base_url: str = "") -> Ro
     cache.mkdir(parents=True, exist_ok=True)
     with _locked(cache / f".{image_id}.lock"):
         if not meta.is_file():
-            _export(client, image_ref, target)
+            layers = [str(layer) for layer in (image.attrs.get("RootFS") or {}).get("Layers", [])]
+            if not _derive(cache, image.attrs, layers, target):
+                _export(client, image_ref, target)
             config: dict[str, Any] = image.attrs.get("Config") or {}
-            _write_meta(meta, config)
+            _write_meta(meta, config, layers)
     return Rootfs(target, *_read_meta(meta))
+
+
+def _derive(cache: Path, attrs: dict[str, Any], layers: list[str], target: Path) -> bool:
+    """The tree from the exported tree sharing the longest prefix of layers, plus the rest
+    (``_tree_derive``); ``False`` when there is none or the engine's layers cannot be read."""
+    if not layers:
+        return False
+    best: tuple[int, Path] | None = None
+    for meta in cache.glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            known = json.loads(meta.read_text()).get("layers")
+            tree = meta.with_suffix("")
+            if (
+                isinstance(known, list)
+                and known
+                and layers[: len(known)] == known
+                and (best is None or len(known) > best[0])
+                and tree.is_dir()
+            ):
+                best = (len(known), tree)
+    if best is None:
+        return False
+    dirs = layer_dirs(attrs)
+    if dirs is None:
+        return False
+    return derive_tree(best[1], dirs[best[0] :], target)
 
 
 _clients: dict[str, docker.DockerClient] = {}
@@ -112,10 +143,19 @@ def _export(client: Any, image_ref: str, target: Path) -> None:
     scratch = Path(tempfile.mkdtemp(prefix=f".{target.name[:12]}-", dir=target.parent))
     container = client.api.create_container(image_ref, command=["true"], network_disabled=True)
     try:
+        # As root, owners and extended attributes (file capabilities) are kept as exported.
         proc = subprocess.Popen(
             [tar, "-x", "--numeric-owner", "--no-same-owner", "-C", str(scratch)]
             if os.geteuid() != 0
-            else [tar, "-x", "--numeric-owner", "-C", str(scratch)],
+            else [
+                tar,
+                "-x",
+                "--numeric-owner",
+                "--xattrs",
+                "--xattrs-include=*",
+                "-C",
+                str(scratch),
+            ],
             stdin=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
@@ -143,9 +183,9 @@ def _export(client: Any, image_ref: str, target: Path) -> None:
             client.api.remove_container(container["Id"], force=True)
 
 
-def _write_meta(meta: Path, config: dict[str, Any]) -> None:
+def _write_meta(meta: Path, config: dict[str, Any], layers: list[str]) -> None:
     env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
-    data = {"env": env, "workdir": config.get("WorkingDir") or "/"}
+    data = {"env": env, "workdir": config.get("WorkingDir") or "/", "layers": layers}
     temp = meta.with_suffix(".tmp")
     temp.write_text(json.dumps(data))
     temp.rename(meta)
