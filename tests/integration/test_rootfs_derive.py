@@ -102,9 +102,18 @@ def test_a_derived_tree_equals_a_full_export(
     cache = tmp_path / "cache"
     base_tree = _rootfs.resolve_rootfs(base_id, cache).path  # no ancestor: exported whole
     # Its layers are recorded, so images built on it can be derived from it.
-    meta = json.loads(base_tree.with_name(base_tree.name + ".json").read_text())
-    assert meta["layers"] == engine.images.get(base_id).attrs["RootFS"]["Layers"]
+    meta_file = base_tree.with_name(base_tree.name + ".json")
+    base_layers = engine.images.get(base_id).attrs["RootFS"]["Layers"]
+    assert json.loads(meta_file.read_text())["layers"] == base_layers
+    # A tree exported before layers were recorded gets them on its next use...
+    legacy = {"env": {"PATH": "/usr/bin:/bin"}, "workdir": "/"}
+    meta_file.write_text(json.dumps(legacy))
+    assert _rootfs.resolve_rootfs(base_id, cache).path == base_tree
+    assert json.loads(meta_file.read_text())["layers"] == base_layers
+    # ... or when a tree is derived from it.
+    meta_file.write_text(json.dumps(legacy))
     child_tree = _rootfs.resolve_rootfs(child_id, cache).path  # derived from it
+    assert json.loads(meta_file.read_text()) == {**legacy, "layers": base_layers}
 
     # Derived, not exported: a file no layer touched is the base tree's very inode.
     untouched = "etc/debian_version"

@@ -72,43 +72,66 @@ def resolve_rootfs(image_ref: str, cache: Path, docker_base_url: str = "") -> Ro
     image_id = str(image.id).removeprefix("sha256:")
     target = cache / image_id
     meta = cache / f"{image_id}.json"
+    layers = [str(layer) for layer in (image.attrs.get("RootFS") or {}).get("Layers", [])]
+    config: dict[str, Any] = image.attrs.get("Config") or {}
     if meta.is_file():
+        if layers and "layers" not in _read_json(meta):  # exported before layers were kept
+            with contextlib.suppress(OSError):
+                _write_meta(meta, config, layers)
         return Rootfs(target, *_read_meta(meta))
     cache.mkdir(parents=True, exist_ok=True)
     with _locked(cache / f".{image_id}.lock"):
         if not meta.is_file():
-            layers = [str(layer) for layer in (image.attrs.get("RootFS") or {}).get("Layers", [])]
-            if not _derive(cache, image.attrs, layers, target):
+            if not _derive(client, cache, image.attrs, layers, target):
                 _export(client, image_ref, target)
-            config: dict[str, Any] = image.attrs.get("Config") or {}
             _write_meta(meta, config, layers)
     return Rootfs(target, *_read_meta(meta))
 
 
-def _derive(cache: Path, attrs: dict[str, Any], layers: list[str], target: Path) -> bool:
+def _derive(
+    client: Any, cache: Path, attrs: dict[str, Any], layers: list[str], target: Path
+) -> bool:
     """The tree from the exported tree sharing the longest prefix of layers, plus the rest
     (``_tree_derive``); ``False`` when there is none or the engine's layers cannot be read."""
     if not layers:
         return False
     best: tuple[int, Path] | None = None
     for meta in cache.glob("*.json"):
-        with contextlib.suppress(OSError, ValueError):
-            known = json.loads(meta.read_text()).get("layers")
-            tree = meta.with_suffix("")
-            if (
-                isinstance(known, list)
-                and known
-                and layers[: len(known)] == known
-                and (best is None or len(known) > best[0])
-                and tree.is_dir()
-            ):
-                best = (len(known), tree)
+        known = _read_json(meta).get("layers")
+        tree = meta.with_suffix("")
+        if known is None:
+            known = _backfill_layers(client, meta)
+        if (
+            isinstance(known, list)
+            and known
+            and layers[: len(known)] == known
+            and (best is None or len(known) > best[0])
+            and tree.is_dir()
+        ):
+            best = (len(known), tree)
     if best is None:
         return False
     dirs = layer_dirs(attrs)
     if dirs is None:
         return False
     return derive_tree(best[1], dirs[best[0] :], target)
+
+
+def _backfill_layers(client: Any, meta: Path) -> list[str] | None:
+    """The layers of a tree exported before they were recorded, from its image (named by the
+    file) if the engine still has it; recorded for next time."""
+    data = _read_json(meta)
+    try:
+        attrs = client.api.inspect_image(f"sha256:{meta.stem}")
+    except docker.errors.DockerException:
+        return None
+    layers = [str(layer) for layer in (attrs.get("RootFS") or {}).get("Layers", [])]
+    if not layers or not data:
+        return None
+    data["layers"] = layers
+    with contextlib.suppress(OSError):
+        _write_json(meta, data)
+    return layers
 
 
 _clients: dict[str, docker.DockerClient] = {}
@@ -185,16 +208,27 @@ def _export(client: Any, image_ref: str, target: Path) -> None:
 
 def _write_meta(meta: Path, config: dict[str, Any], layers: list[str]) -> None:
     env = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
-    data = {"env": env, "workdir": config.get("WorkingDir") or "/", "layers": layers}
-    temp = meta.with_suffix(".tmp")
+    _write_json(meta, {"env": env, "workdir": config.get("WorkingDir") or "/", "layers": layers})
+
+
+def _write_json(meta: Path, data: dict[str, Any]) -> None:
+    # A name of this writer's own: two processes may backfill the same record at once.
+    temp = meta.with_name(f".{meta.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     temp.write_text(json.dumps(data))
     temp.rename(meta)
 
 
-def _read_meta(meta: Path) -> tuple[dict[str, str], str]:
+def _read_json(meta: Path) -> dict[str, Any]:
     try:
         data = json.loads(meta.read_text())
     except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read_meta(meta: Path) -> tuple[dict[str, str], str]:
+    data = _read_json(meta)
+    if not data:
         return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, "/"
     return {str(k): str(v) for k, v in data.get("env", {}).items()}, str(data.get("workdir", "/"))
 
