@@ -115,9 +115,9 @@ async def _run(guest: GuestClient, command: list[str], user: str) -> int:
                 target.flush()
             elif isinstance(event, Ended):
                 return event.exit_code
-    except GuestError as exc:
-        console.print(f"[red]error[/] ({exc.code}): {exc.message}")
-        return 1
-    except GuestUnavailable:
+    except GuestUnavailable:  # before GuestError, its base class
         raise SandboxUnavailable("the sandbox does not answer (is it still running?)") from None
+    except GuestError as exc:
+        console.print(f"[red]error[/] ({exc.connect}): {exc.message}")
+        return 1
     return 1

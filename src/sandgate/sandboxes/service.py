@@ -42,7 +42,7 @@ from sandgate.errors import (
     SnapshotDamaged,
     TemplateNotFound,
 )
-from sandgate.guest.client import Ended, GuestClient, GuestError, GuestUnavailable, Output
+from sandgate.guest.client import Ended, GuestClient, GuestError, Output
 from sandgate.guest.protocol import EGRESS_PROXY_PORT
 from sandgate.observability import tracing
 from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec, VolumeMount, sandbox_seeds
@@ -1299,7 +1299,7 @@ class SandboxService:
     async def _guest_alive(self, sandbox_id: str) -> bool:
         try:
             await self._guest(sandbox_id).ping()
-        except (GuestUnavailable, GuestError):
+        except GuestError:  # GuestUnavailable included
             return False
         return True
 
