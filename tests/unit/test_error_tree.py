@@ -148,9 +148,11 @@ def _status_tables(tree: ast.AST) -> list[int]:
         code_keys = sum(k in CONNECT_STATUS for k in keys if isinstance(k, str))
         code_values = sum(v in CONNECT_STATUS for v in values if isinstance(v, str))
         status_values = sum(isinstance(v, int) and 400 <= v <= 599 for v in values)
-        if (int_keys >= 3 and code_values >= 3) or (code_keys >= 3 and status_values >= 3):
-            found.append(node.lineno)
-        elif code_keys >= 3 and all(isinstance(v, ast.Name) for v in node.values):
+        if (
+            (int_keys >= 3 and code_values >= 3)
+            or (code_keys >= 3 and status_values >= 3)
+            or (code_keys >= 3 and all(isinstance(v, ast.Name) for v in node.values))
+        ):
             found.append(node.lineno)
     return found
 
