@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -44,15 +42,14 @@ from sandgate.approvals import ApprovalState
 from sandgate.config import Config
 from sandgate.egress import EgressHook
 from sandgate.errors import SandgateError, TemplateNotFound
-from sandgate.guest import build_zipapp
 from sandgate.observability import tracing
 from sandgate.observability.edge import Edge
 from sandgate.observability.metrics import Metrics
 from sandgate.runtimes import Runtime
 from sandgate.runtimes.floors import FloorReport
 from sandgate.runtimes.select import select
-from sandgate.sandboxes import SandboxService
 from sandgate.sandboxes.catalog import ENVD_VERSION
+from sandgate.sandboxes.wiring import build_sandbox_service, instance_id
 from sandgate.secrets import TeamSecrets
 from sandgate.store import SecretRecords, Store, TemplateRecords, VolumeRecords
 from sandgate.telemetry import Telemetry
@@ -125,12 +122,10 @@ class Application:
             runtime,
             lambda sandbox_id: self.sandboxes.guest_of(sandbox_id),
         )
-        self.sandboxes = SandboxService(
+        self.sandboxes = build_sandbox_service(
             config,
             store,
             runtime,
-            instance_id=instance_id(home),
-            guest_zipapp=build_zipapp(home / "guest" / "guest.pyz"),
             hooks=[self.gateway_hook, self.skills_hook, self.egress_hook],
             audit=self._audit_sandbox_event,
             network=self.egress_hook,
@@ -371,14 +366,6 @@ def log_floors(report: FloorReport, kind: str, reason: str) -> None:
             cve=cve,
             why="no component this runtime uses is below a floor for it here; remove it",
         )
-
-
-def instance_id(home: Path) -> str:
-    """This installation's id; labels its sandboxes so two servers never adopt each other's."""
-    path = home / "instance-id"
-    if not path.exists():
-        path.write_text(secrets.token_hex(8))
-    return path.read_text().strip()
 
 
 def _install_error_handlers(app: FastAPI) -> None:
