@@ -31,11 +31,11 @@
     ├── SandboxUnavailable        sandbox_unavailable 502 unavailable
     ├── TemplateBuildError        template_build_failed 500 internal
     ├── SnapshotDamaged           snapshot_damaged 500  internal  (a saved layer cannot be read)
-    ├── ToolFailed                tool_failed      502   (the tool ran and failed)
-    │   └── ToolTimeout           tool_timeout     504
-    ├── AuditUnavailable          audit_unavailable 503  (calls fail closed)
+    ├── ToolFailed                tool_failed      502   unavailable  (the tool ran and failed)
+    │   └── ToolTimeout           tool_timeout     504   deadline_exceeded
+    ├── AuditUnavailable          audit_unavailable 503  unavailable  (calls fail closed)
     │   └── AuditTampered         audit_tampered   503   (the log disagrees with its anchor)
-    ├── ModelUnavailable          model_unavailable 502  (agent: no model answered)
+    ├── ModelUnavailable          model_unavailable 502  unavailable  (agent: no model answered)
     ├── NotImplementedFeature     not_implemented  501   unimplemented (an E2B endpoint
     │                                                     not served here, feature named)
     └── GuestError                (the code, status and Connect code of the guest's answer:

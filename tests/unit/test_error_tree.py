@@ -168,3 +168,18 @@ def test_there_is_one_code_to_status_table() -> None:
             others[str(path.relative_to(_SRC))] = lines
     assert others == {}
     assert _status_tables(ast.parse((_SRC / "errors.py").read_text()))  # the scan finds one
+
+
+def test_sandbox_exec_reports_an_unreachable_guest_as_sandbox_unavailable(
+    tmp_path: Path,
+) -> None:
+    """``except GuestUnavailable`` once sat after ``except GuestError`` (its base class) and
+    never ran: an unreachable sandbox printed a bare protocol code instead."""
+    import asyncio
+
+    from sandgate.cli.sandbox import _run
+    from sandgate.guest.client import GuestClient
+
+    guest = GuestClient(tmp_path / "absent" / "guest.sock")
+    with pytest.raises(SandboxUnavailable, match="does not answer"):
+        asyncio.run(_run(guest, ["true"], "user"))

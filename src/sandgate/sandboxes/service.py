@@ -6,7 +6,8 @@ to start, stop, freeze, save a layer and enumerate. Every public method checks o
 team sees and touches only its own sandboxes, and a sandbox that belongs to another team is
 reported exactly like one that does not exist. Saved disks (snapshots, sandboxes paused to
 disk, fork captures) are ``snapshots.SnapshotService``'s; the moves between states are
-``state.py``'s table.
+``state.py``'s table; sandboxes started ahead of demand are ``pool.WarmPool``'s, and when to
+end, sweep or re-adopt a sandbox is ``reaper.Reaper``'s (the moves themselves stay here).
 """
 
 from __future__ import annotations
