@@ -31,25 +31,38 @@
     ├── SandboxUnavailable        sandbox_unavailable 502 unavailable
     ├── TemplateBuildError        template_build_failed 500 internal
     ├── SnapshotDamaged           snapshot_damaged 500  internal  (a saved layer cannot be read)
-    ├── ToolFailed                tool_failed      502   (the tool ran and failed)
-    │   └── ToolTimeout           tool_timeout     504
-    ├── AuditUnavailable          audit_unavailable 503  (calls fail closed)
+    ├── ToolFailed                tool_failed      502   unavailable  (the tool ran and failed)
+    │   └── ToolTimeout           tool_timeout     504   deadline_exceeded
+    ├── AuditUnavailable          audit_unavailable 503  unavailable  (calls fail closed)
     │   └── AuditTampered         audit_tampered   503   (the log disagrees with its anchor)
-    ├── ModelUnavailable          model_unavailable 502  (agent: no model answered)
-    └── NotImplementedFeature     not_implemented  501   unimplemented (an E2B endpoint
-                                                          not served here, feature named)
+    ├── ModelUnavailable          model_unavailable 502  unavailable  (agent: no model answered)
+    ├── NotImplementedFeature     not_implemented  501   unimplemented (an E2B endpoint
+    │                                                     not served here, feature named)
+    └── GuestError                (the code, status and Connect code of the guest's answer:
+        │                          see below; the guest speaks Connect codes itself)
+        └── GuestUnavailable      sandbox_unavailable 502 unavailable (no usable connection)
 
-Each error carries a stable ``code`` and a message that tells the reader what to do next.
-Adapters (Docker, SQLAlchemy, the guest socket) translate their own failures into these where
-they arise; the interfaces map them to HTTP/E2B/Connect in one table (``api/errors.py``).
-Raising is not logging: the edge logs once.
+Each error carries a stable ``code``, an HTTP ``status`` and a Connect ``connect`` code, each
+declared once, on its class; the table above is what the classes say
+(``tests/unit/test_error_tree.py`` holds them to it). A guest's answer carries a Connect code
+(``sandgate.guest.protocol.ERROR_CODES``); :func:`guest_kind` is the one table that turns it
+into an error of this tree, so a guest failure has the same code and status on every edge.
+:data:`CONNECT_STATUS` is the Connect protocol's own code → HTTP status table, which the envd
+edge answers RPC errors with. Where an error's HTTP status and its Connect code's status
+differ (``disk_full`` is 507 over HTTP, as E2B answers a full disk on ``/files``, and
+``resource_exhausted`` 429 over Connect) the two protocols differ on purpose, and both are
+derived from the class. Adapters (Docker, SQLAlchemy, the guest socket) translate their own
+failures into these where they arise; the edges read ``status`` and ``connect`` and nothing
+else (``api/errors.py``, ``api/e2b/connect.py``). Raising is not logging: the edge logs once.
 """
 
 from __future__ import annotations
 
 import copy
+from typing import Final
 
 __all__ = [
+    "CONNECT_STATUS",
     "ApprovalDenied",
     "AuditTampered",
     "AuditUnavailable",
@@ -58,6 +71,8 @@ __all__ = [
     "Conflict",
     "DiskFull",
     "Forbidden",
+    "GuestError",
+    "GuestUnavailable",
     "InvalidArguments",
     "InvalidJson",
     "InvalidPath",
@@ -86,7 +101,29 @@ __all__ = [
     "ToolTimeout",
     "Unauthenticated",
     "error_for_code",
+    "guest_kind",
 ]
+
+#: The Connect protocol's code → HTTP status table (its specification's, which connect-go,
+#: envd's server, uses too); a Connect error response carries the status of its code.
+CONNECT_STATUS: Final[dict[str, int]] = {
+    "canceled": 499,
+    "unknown": 500,
+    "invalid_argument": 400,
+    "deadline_exceeded": 504,
+    "not_found": 404,
+    "already_exists": 409,
+    "permission_denied": 403,
+    "resource_exhausted": 429,
+    "failed_precondition": 400,
+    "aborted": 409,
+    "out_of_range": 400,
+    "unimplemented": 501,
+    "internal": 500,
+    "unavailable": 503,
+    "data_loss": 500,
+    "unauthenticated": 401,
+}
 
 
 class SandgateError(Exception):
@@ -94,6 +131,8 @@ class SandgateError(Exception):
 
     code: str = "internal"
     status: int = 500
+    #: The Connect code of this error (a key of :data:`CONNECT_STATUS`), for the envd edge.
+    connect: str = "internal"
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -110,6 +149,7 @@ class SandgateError(Exception):
 class InvalidRequest(SandgateError):
     code = "invalid_request"
     status = 400
+    connect = "invalid_argument"
 
 
 class InvalidPath(InvalidRequest):
@@ -158,16 +198,19 @@ class ConfigError(SandgateError):
 class Unauthenticated(SandgateError):
     code = "unauthenticated"
     status = 401
+    connect = "unauthenticated"
 
 
 class Forbidden(SandgateError):
     code = "forbidden"
     status = 403
+    connect = "permission_denied"
 
 
 class NotFound(SandgateError):
     code = "not_found"
     status = 404
+    connect = "not_found"
 
 
 class SandboxNotFound(NotFound):
@@ -187,6 +230,7 @@ class SnapshotNotFound(NotFound):
 class Conflict(SandgateError):
     code = "conflict"
     status = 409
+    connect = "already_exists"
 
 
 class PayloadTooLarge(SandgateError):
@@ -195,6 +239,7 @@ class PayloadTooLarge(SandgateError):
 
     code = "too_large"
     status = 413
+    connect = "resource_exhausted"
 
 
 class DiskFull(SandgateError):
@@ -204,6 +249,7 @@ class DiskFull(SandgateError):
 
     code = "disk_full"
     status = 507
+    connect = "resource_exhausted"
 
 
 class QuotaExceeded(SandgateError):
@@ -211,6 +257,7 @@ class QuotaExceeded(SandgateError):
 
     code = "quota_exceeded"
     status = 429
+    connect = "resource_exhausted"
 
 
 class RuntimeUnavailable(SandgateError):
@@ -218,6 +265,7 @@ class RuntimeUnavailable(SandgateError):
 
     code = "runtime_unavailable"
     status = 503
+    connect = "unavailable"
 
 
 class RuntimeBelowFloor(RuntimeUnavailable):
@@ -233,6 +281,7 @@ class SandboxUnavailable(SandgateError):
 
     code = "sandbox_unavailable"
     status = 502
+    connect = "unavailable"
 
 
 class TemplateBuildError(SandgateError):
@@ -288,6 +337,7 @@ class ToolFailed(SandgateError):
 
     code = "tool_failed"
     status = 502
+    connect = "unavailable"
 
 
 class ToolTimeout(ToolFailed):
@@ -295,6 +345,7 @@ class ToolTimeout(ToolFailed):
 
     code = "tool_timeout"
     status = 504
+    connect = "deadline_exceeded"
 
 
 class AuditUnavailable(SandgateError):
@@ -302,6 +353,7 @@ class AuditUnavailable(SandgateError):
 
     code = "audit_unavailable"
     status = 503
+    connect = "unavailable"
 
 
 class AuditTampered(AuditUnavailable):
@@ -322,6 +374,7 @@ class ModelUnavailable(SandgateError):
 
     code = "model_unavailable"
     status = 502
+    connect = "unavailable"
 
 
 class NotImplementedFeature(SandgateError):
@@ -330,6 +383,65 @@ class NotImplementedFeature(SandgateError):
 
     code = "not_implemented"
     status = 501
+    connect = "unimplemented"
+
+
+# -- the sandbox's guest --------------------------------------------------------------------
+
+
+class GuestError(SandgateError):
+    """The sandbox's guest refused or failed an operation.
+
+    ``connect`` is the code the guest answered (one of ``guest.protocol.ERROR_CODES``, a Connect
+    code, passed on unchanged by the envd edge) and ``reason``, when the guest gave one, one of
+    ``guest.protocol.ERROR_REASONS``. ``code`` and ``status`` are those of the error of this
+    tree that the guest's code and reason stand for (:func:`guest_kind`), so a guest failure
+    that reaches an HTTP edge reads as that error would."""
+
+    def __init__(self, code: str, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        kind = guest_kind(code, reason)
+        self.connect = code
+        self.reason = reason
+        self.code = kind.code
+        self.status = kind.status
+
+    def __str__(self) -> str:
+        return f"{self.connect}: {self.message}"
+
+
+class GuestUnavailable(GuestError):
+    """The guest could not be reached, or dropped the connection before answering (the sandbox
+    stopped, died or is being killed)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("unavailable", message)
+
+
+#: The guest's code → the error of this tree it stands for. ``failed_precondition`` (a process
+#: that has no stdin, a signal to one that ended) is the caller's mistake, as in E2B.
+_GUEST_KINDS: Final[dict[str, type[SandgateError]]] = {
+    "invalid_argument": InvalidRequest,
+    "failed_precondition": InvalidRequest,
+    "unauthenticated": Unauthenticated,
+    "permission_denied": Forbidden,
+    "not_found": NotFound,
+    "already_exists": Conflict,
+    "resource_exhausted": QuotaExceeded,
+    "unavailable": SandboxUnavailable,
+}
+#: A guest's ``reason`` names the condition more precisely than its code.
+_GUEST_REASONS: Final[dict[str, type[SandgateError]]] = {
+    "disk_full": DiskFull,
+    "too_large": LimitExceeded,
+}
+
+
+def guest_kind(code: str, reason: str | None = None) -> type[SandgateError]:
+    """The error of this tree a guest's answer (its Connect ``code`` and ``reason``) stands
+    for; any other code (``internal``, ``deadline_exceeded``, ``unimplemented``) is an internal
+    error: the guest failed, not the caller."""
+    return _GUEST_REASONS.get(reason or "") or _GUEST_KINDS.get(code, SandgateError)
 
 
 def error_for_code(code: str, message: str, status: int | None = None) -> SandgateError:
@@ -339,6 +451,8 @@ def error_for_code(code: str, message: str, status: int | None = None) -> Sandga
     pending: list[type[SandgateError]] = [SandgateError]
     while pending:
         cls = pending.pop()
+        if issubclass(cls, GuestError):
+            continue  # its code is that of the guest's answer, not of the class
         if cls.code == code:
             found = cls
             break

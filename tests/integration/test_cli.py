@@ -114,6 +114,16 @@ def test_sandbox_list_exec_kill(sandgate_server: RunningServer) -> None:
     sandgate(sandgate_server.home, "sandbox", "kill", sandbox_id)
     again = sandgate(sandgate_server.home, "sandbox", "kill", sandbox_id, check=False)
     assert again.returncode == 1 and "no live sandbox" in again.stderr
+    # The kill is audited as the server's own would be (the command builds no HTTP app, but
+    # the lifecycle it runs is the server's, audit log included).
+    records = [
+        json.loads(line)
+        for line in (sandgate_server.home / "audit" / "audit.jsonl").read_text().splitlines()
+    ]
+    killed = [
+        r for r in records if r.get("event") == "sandbox.killed" and r.get("sandbox") == sandbox_id
+    ]
+    assert [r["detail"]["reason"] for r in killed] == ["killed by operator"]
 
 
 @pytest.mark.docker

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -44,15 +42,14 @@ from sandgate.approvals import ApprovalState
 from sandgate.config import Config
 from sandgate.egress import EgressHook
 from sandgate.errors import SandgateError, TemplateNotFound
-from sandgate.guest import build_zipapp
 from sandgate.observability import tracing
 from sandgate.observability.edge import Edge
 from sandgate.observability.metrics import Metrics
 from sandgate.runtimes import Runtime
 from sandgate.runtimes.floors import FloorReport
 from sandgate.runtimes.select import select
-from sandgate.sandboxes import SandboxService
 from sandgate.sandboxes.catalog import ENVD_VERSION
+from sandgate.sandboxes.wiring import build_sandbox_service, instance_id
 from sandgate.secrets import TeamSecrets
 from sandgate.store import SecretRecords, Store, TemplateRecords, VolumeRecords
 from sandgate.telemetry import Telemetry
@@ -81,20 +78,21 @@ class Application:
         self.config = config
         self.store = store
         self.runtime = runtime
-        #: The runtime floors as judged at start (issue 12); shown by GET /health.
+        #: The runtime floors (patched kernel/runtime versions) as judged at start; shown by
+        #: GET /health.
         self.floors = floors or FloorReport()
         home = config.home_dir
-        # Tool gateway (issue 5): its services, its lifecycle hook and its /v1 API.
-        # (Agent runner, issue 7: the policy gets each agent's autonomy rules.)
+        # Tool gateway: its services, its lifecycle hook and its /v1 API (the policy gets each
+        # agent's autonomy rules).
         self.gateway = build_gateway(with_autonomy(config), store)
-        # Issue 14: the audit log's head is checked against its anchor before anything runs;
+        # The audit log's head is checked against its anchor before anything runs;
         # a tampered log is reported (log, /health, doctor) and refuses every append.
         self.gateway.audit.check_head()
         self.gateway_hook = ToolGatewayHook(
             self.gateway, store, list(config.agents), home / "tools" / "staging"
         )
-        self.skills_hook = skills_hook(config)  # agent runner (issue 7)
-        # Team secrets and volumes (issue 13): E2B's /secrets, /volumes, /volumecontent.
+        self.skills_hook = skills_hook(config)  # agent runner
+        # Team secrets and volumes: E2B's /secrets, /volumes, /volumecontent.
         self.team_secrets = TeamSecrets(
             SecretRecords(store),
             home / "secrets" / "team-secrets.key",
@@ -107,7 +105,7 @@ class Application:
             size_mib=config.limits.volume_mib,
             max_per_team=config.limits.max_volumes_per_team,
         )
-        # Egress (issue 6): per-sandbox proxy socket; agents as the tool gateway decides them.
+        # Egress: per-sandbox proxy socket; agents as the tool gateway decides them.
         self.egress_hook = EgressHook(
             config.egress,
             self.gateway.audit,
@@ -116,7 +114,7 @@ class Application:
             state_dir=home / "egress",
             team_secrets=self.team_secrets,
         )
-        # Metrics and sandbox logs (issue 13): sampled and collected in the background.
+        # Metrics and sandbox logs: sampled and collected in the background.
         self.telemetry = Telemetry(
             config.metrics,
             config.sandbox_logs,
@@ -124,12 +122,10 @@ class Application:
             runtime,
             lambda sandbox_id: self.sandboxes.guest_of(sandbox_id),
         )
-        self.sandboxes = SandboxService(
+        self.sandboxes = build_sandbox_service(
             config,
             store,
             runtime,
-            instance_id=instance_id(home),
-            guest_zipapp=build_zipapp(home / "guest" / "guest.pyz"),
             hooks=[self.gateway_hook, self.skills_hook, self.egress_hook],
             audit=self._audit_sandbox_event,
             network=self.egress_hook,
@@ -138,7 +134,7 @@ class Application:
         )
         if self.metrics is not None:
             self.sandboxes.on_create = self.metrics.sandbox_created
-        # -- team templates (issue 18): the E2B template API and its build jobs -------------
+        # -- team templates: the E2B template API and its build jobs ------------------------
         instance = instance_id(home)
         self.templates = BuildService(
             TemplateRecords(store),
@@ -151,11 +147,11 @@ class Application:
             registered=lambda image_ref: prepare_template_tree(config, image_ref),
             cleanup=lambda: remove_stale_builds(config, instance),
         )
-        # -- agent runner (issue 7): sessions, runs, /v1/agents and /v1/runs --------------
+        # -- agent runner: sessions, runs, /v1/agents and /v1/runs -------------------------
         self.agents = build_runner(
             config, store, self.sandboxes, self.gateway, self.gateway_hook, self.skills_hook
         )
-        # -- workflows (issue 15): durable DAGs on DBOS, /v1/workflows and /v1/workflow-runs -
+        # -- workflows: durable DAGs on DBOS, /v1/workflows and /v1/workflow-runs ----------
         self.workflows = WorkflowRuntime(
             config, store, self.gateway, self.sandboxes, self.agents, instance_id=instance
         )
@@ -189,7 +185,7 @@ class Application:
                 max_memory=config.limits.max_memory_mb,
             )
         )
-        # Snapshots and forks (issue 18), after the templates (whose DELETE /templates/tags
+        # Snapshots and forks, after the templates (whose DELETE /templates/tags
         # would otherwise be read as a snapshot named "tags"): DELETE /templates/{id} deletes
         # a snapshot of that id or name first, else the team template.
         control.include_router(
@@ -204,7 +200,7 @@ class Application:
         control.include_router(build_v1_router(self.gateway, store))
         control.include_router(build_agents_router(self.agents, store))  # agent runner
         control.include_router(build_workflows_router(self.workflows.service))  # workflows
-        # -- MCP over streamable HTTP (issue 7): /v1/mcp, same keys; sessions in _lifespan --
+        # -- MCP over streamable HTTP: /v1/mcp, same keys; sessions in _lifespan ----------
         self.mcp = McpHttp(self.sandboxes, self.gateway, store, self.agents.agent)
         control.router.routes.append(Route(MCP_PATH, self.mcp, name="mcp"))
 
@@ -219,7 +215,7 @@ class Application:
                 "mcp": self.gateway.registry.mcp_health(),
             }
 
-        if self.metrics is not None:  # Prometheus (issue 16): GET /metrics, control plane only
+        if self.metrics is not None:  # Prometheus: GET /metrics, control plane only
             control.router.routes.append(Route("/metrics", self.metrics.endpoint, name="metrics"))
 
         volume_content = build_volume_content_app(self.volumes)
@@ -370,14 +366,6 @@ def log_floors(report: FloorReport, kind: str, reason: str) -> None:
             cve=cve,
             why="no component this runtime uses is below a floor for it here; remove it",
         )
-
-
-def instance_id(home: Path) -> str:
-    """This installation's id; labels its sandboxes so two servers never adopt each other's."""
-    path = home / "instance-id"
-    if not path.exists():
-        path.write_text(secrets.token_hex(8))
-    return path.read_text().strip()
 
 
 def _install_error_handlers(app: FastAPI) -> None:

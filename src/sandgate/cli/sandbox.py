@@ -63,11 +63,15 @@ def list_sandboxes(
 @friendly_errors
 def kill(sandbox_id: str, config: ConfigOption = None) -> None:
     """Kills a sandbox (any team's): removes its container, socket directory and marks it
-    killed."""
-    from sandgate.api.app import create_app
+    killed (audited, and in the sandbox's logs)."""
+    from sandgate.sandboxes.wiring import open_sandbox_admin
 
-    application = create_app(load(config))
-    if not asyncio.run(application.sandboxes.kill_any(sandbox_id)):
+    admin = open_sandbox_admin(load(config))
+    try:
+        killed = asyncio.run(admin.sandboxes.kill_any(sandbox_id))
+    finally:
+        admin.close()
+    if not killed:
         raise SandboxNotFound(f"no live sandbox {sandbox_id} (see `sandgate sandbox list`)")
     console.print(f"killed {sandbox_id}")
 
@@ -115,9 +119,9 @@ async def _run(guest: GuestClient, command: list[str], user: str) -> int:
                 target.flush()
             elif isinstance(event, Ended):
                 return event.exit_code
-    except GuestError as exc:
-        console.print(f"[red]error[/] ({exc.code}): {exc.message}")
-        return 1
-    except GuestUnavailable:
+    except GuestUnavailable:  # before GuestError, its base class
         raise SandboxUnavailable("the sandbox does not answer (is it still running?)") from None
+    except GuestError as exc:
+        console.print(f"[red]error[/] ({exc.connect}): {exc.message}")
+        return 1
     return 1

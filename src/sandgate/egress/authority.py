@@ -1,4 +1,5 @@
-"""Authorities (host and port) and the one way the proxy compares them (issue 12, class 8).
+"""Authorities (host and port) and the one way the proxy compares them (the threat model's
+authority checks: refuse, not repair).
 
 Trust: the request line, the ``Host`` header and the TLS server name are all written by code
 inside a sandbox. The proxy checks and dials the authority of the request line (or of the

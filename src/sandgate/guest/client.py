@@ -2,12 +2,13 @@
 
 Every call opens one connection to ``guest.sock``, writes one request frame and reads the
 answer; streams (process output, file reads, watches, tunnels) keep their connection until
-they end or are closed. Errors::
+they end or are closed. Errors (defined in ``sandgate.errors``, re-exported here)::
 
-    GuestError(code, message)      the guest answered {"ok": false, ...}; ``code`` is a
-     │                             protocol error code (Connect-RPC name)
+    GuestError(code, message)      the guest answered {"ok": false, ...}; ``connect`` is the
+     │                             protocol error code (Connect-RPC name), ``code`` and
+     │                             ``status`` those of the Sandgate error it stands for
      └── GuestUnavailable          no usable connection: socket missing, refused, reset, or
-                                   closed before the answer (code "unavailable")
+                                   closed before the answer (Connect code "unavailable")
 
 Cancellation: cancelling a call, or closing/abandoning a stream (``aclose``), closes its
 connection; the guest treats that as "stop streaming", never as "stop the work" (a process
@@ -24,6 +25,10 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, NoReturn, Self
+
+# The error classes live in the gateway's one error tree; this module ships in the guest's
+# zipapp, which never imports it, so the gateway package is only needed where it runs.
+from sandgate.errors import GuestError, GuestUnavailable
 
 from .protocol import FRAME_HEADER, MAX_FRAME, Kind, decode_json, encode_frame, encode_json
 
@@ -49,24 +54,6 @@ _UPLOAD_CHUNK = 1024 * 1024
 _ABORT_WAIT_S = 5.0
 _READ_LIMIT = MAX_FRAME + FRAME_HEADER.size
 _CONNECTION_ERRORS = (OSError, asyncio.IncompleteReadError, EOFError)
-
-
-class GuestError(Exception):
-    """The guest refused or failed an operation; ``code`` is one of ``protocol.ERROR_CODES``
-    and ``reason``, when the guest gave one, one of ``protocol.ERROR_REASONS``."""
-
-    def __init__(self, code: str, message: str, reason: str | None = None) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.reason = reason
-
-
-class GuestUnavailable(GuestError):
-    """The guest could not be reached, or dropped the connection before answering."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("unavailable", message)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ to start, stop, freeze, save a layer and enumerate. Every public method checks o
 team sees and touches only its own sandboxes, and a sandbox that belongs to another team is
 reported exactly like one that does not exist. Saved disks (snapshots, sandboxes paused to
 disk, fork captures) are ``snapshots.SnapshotService``'s; the moves between states are
-``state.py``'s table.
+``state.py``'s table; sandboxes started ahead of demand are ``pool.WarmPool``'s, and when to
+end, sweep or re-adopt a sandbox is ``reaper.Reaper``'s (the moves themselves stay here).
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ import contextlib
 import hashlib
 import json
 import re
-import secrets
 import shutil
-import string
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,18 +41,19 @@ from sandgate.errors import (
     SnapshotDamaged,
     TemplateNotFound,
 )
-from sandgate.guest.client import Ended, GuestClient, GuestError, GuestUnavailable, Output
+from sandgate.guest.client import Ended, GuestClient, GuestError, Output
 from sandgate.guest.protocol import EGRESS_PROXY_PORT
 from sandgate.observability import tracing
-from sandgate.runtimes import Runtime, RuntimeState, SandboxSpec, VolumeMount, sandbox_seeds
+from sandgate.runtimes import Runtime, SandboxSpec, VolumeMount, sandbox_seeds
 from sandgate.sandboxes.catalog import resolve
 from sandgate.sandboxes.hooks import LifecycleObserver, NetworkUpdater, SandboxHook, VolumeLender
+from sandgate.sandboxes.pool import WarmPool, new_sandbox_id
 from sandgate.sandboxes.publish import publish_file
+from sandgate.sandboxes.reaper import Reaper
 from sandgate.sandboxes.snapshots import SnapshotName, SnapshotService
 from sandgate.sandboxes.state import SandboxState, SnapshotKind, check_transition
 from sandgate.store import (
     KEPT_STATES,
-    LIVE_STATES,
     Sandbox,
     SandboxPage,
     Snapshot,
@@ -66,21 +66,11 @@ __all__ = ["CreateRequest", "Route", "SandboxService"]
 
 log = structlog.get_logger("sandgate.sandboxes")
 
-_ID_ALPHABET = string.ascii_lowercase + string.digits
-#: 25 characters of [a-z0-9] is 129 bits: ids cannot be guessed (AUTH-04), and they are
-#: never credentials anyway.
-_ID_LENGTH = 25
 _READY_TIMEOUT_S = 30.0
 _SERVICE_READY_TIMEOUT_S = 60.0
 #: E2B's ``wait_for_port(p)`` ready command; answered through the guest's port tunnel, so the
 #: image needs no ``ss``.
 _WAIT_FOR_PORT = re.compile(r'\[ -n "\$\(ss -Htuln sport = :([1-9][0-9]{0,4})\)" \]')
-_REAP_INTERVAL_S = 1.0
-#: How often running sandboxes are checked against the runtime (a safety net: a failed
-#: connection to a guest triggers the same check at once), and how old a sandbox must be to be
-#: checked (one created during the runtime's listing is not yet in it).
-_SWEEP_INTERVAL_S = 10.0
-_SWEEP_GRACE_S = 5.0
 #: Characters of a command line kept in its audit record (the rest is only hashed).
 _PREVIEW = 200
 #: Sandboxes one fork call may start (E2B's SDKs allow 1..20), and how many boot at once.
@@ -110,14 +100,6 @@ class CreateRequest:
     on_timeout: str = "kill"
     auto_pause_memory: bool = True
     auto_resume: bool = False
-
-
-@dataclass(frozen=True)
-class _Warm:
-    """A started sandbox waiting in the pool: it has no row, owner or environment yet."""
-
-    sandbox_id: str
-    ref: str
 
 
 @dataclass(frozen=True)
@@ -168,12 +150,26 @@ class SandboxService:
         self._root = config.home_dir / "sandboxes"
         self._routes: dict[str, Route] = {}
         self._admission = asyncio.Lock()
-        self._reaper: asyncio.Task[None] | None = None
-        self._pool: dict[str, list[_Warm]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._filling: dict[str, asyncio.Task[None]] = {}
-        self._suspects: dict[str, asyncio.Task[None]] = {}
         self._snapshots = SnapshotService(config, store, runtime)
+        self._pool = WarmPool(
+            config,
+            runtime,
+            self._root,
+            boot=self._boot_warm,
+            alive=self._guest_alive,
+            discard=self._discard,
+        )
+        self._reaper = Reaper(
+            store,
+            runtime,
+            self._snapshots,
+            self._root,
+            terminate=self._terminate_for,
+            auto_pause=self._auto_pause,
+            alive=self._guest_alive,
+            adopt=self._adopt,
+        )
 
     @property
     def runtime(self) -> Runtime:
@@ -301,9 +297,9 @@ class SandboxService:
         now = datetime.now(UTC)
         # A warm sandbox has no volumes and no saved files: such a create boots its own.
         fresh = bool(mounts) or source is not None
-        warm = None if fresh else await self._take_warm(template, cpu, memory)
+        warm = None if fresh else await self._pool.take(template, cpu, memory)
         row = Sandbox(
-            id=warm.sandbox_id if warm is not None else _new_id(),
+            id=warm.sandbox_id if warm is not None else new_sandbox_id(),
             team_id=principal.team_id,
             api_key_id=principal.api_key_id,
             template_id=template.id,
@@ -339,7 +335,7 @@ class SandboxService:
                 self._store.add_sandbox(row)
         except BaseException:
             if warm is not None:
-                self._pool.setdefault(_pool_key(template), []).append(warm)
+                self._pool.put_back(template, warm)
             raise
         host_dir = self._root / row.id
         try:
@@ -350,7 +346,7 @@ class SandboxService:
                 await self._guest(row.id).configure(envs)
                 _publish_envs(host_dir, envs)
                 ref = warm.ref
-                self._refill(template)
+                self._pool.refill(template)
             else:
                 host_dir.mkdir(parents=True, mode=0o755)
                 extra_envs = await self._attach(row, host_dir)
@@ -438,66 +434,21 @@ class SandboxService:
 
     def warm_pool_sizes(self) -> dict[str, int]:
         """Started sandboxes waiting in each template's warm pool (the metrics' gauge)."""
-        return {key: len(pool) for key, pool in self._pool.items()}
+        return self._pool.sizes()
 
-    async def _take_warm(self, template: Template, cpu: int, memory: int) -> _Warm | None:
-        """A started, unclaimed, answering sandbox of ``template`` with the default size."""
-        if (cpu, memory) != (self._limits.default_cpu_count, self._limits.default_memory_mb):
-            return None
-        pool = self._pool.get(_pool_key(template), [])
-        while pool:
-            warm = pool.pop(0)
-            if await self._guest_alive(warm.sandbox_id):
-                return warm
-            await self._discard(warm.sandbox_id)
-        return None
+    async def warm_pool_filled(self) -> None:
+        """Returns once the warm pool's refills under way have ended."""
+        await self._pool.wait_filled()
 
-    def _refill(self, template: Template) -> None:
-        wanted = self._config.templates.warm_pool.get(template.name, 0)
-        if wanted <= 0 or template.name in self._filling:
-            return
-        task = asyncio.create_task(self._fill(template, wanted), name=f"pool-{template.name}")
-        self._filling[template.name] = task
-
-    async def _fill(self, template: Template, wanted: int) -> None:
-        pool = self._pool.setdefault(_pool_key(template), [])
-        failures = 0
-        try:
-            while len(pool) < wanted and failures < 3:
-                sandbox_id = _new_id()
-                (self._root / sandbox_id).mkdir(parents=True, mode=0o755)
-                try:
-                    ref = await self._boot(
-                        sandbox_id,
-                        template,
-                        self._limits.default_cpu_count,
-                        self._limits.default_memory_mb,
-                        {},
-                    )
-                except SandgateError as exc:
-                    failures += 1
-                    log.warning("pool.boot_failed", template=template.name, error=exc.message)
-                    await self._discard(sandbox_id)
-                    continue
-                except asyncio.CancelledError:
-                    await self._discard(sandbox_id)  # stopped mid-boot: leave nothing behind
-                    raise
-                pool.append(_Warm(sandbox_id, ref))
-        finally:
-            self._filling.pop(template.name, None)
-
-    async def _drain_pool(self) -> None:
-        for name, task in list(self._filling.items()):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, SandgateError):
-                await task
-            self._filling.pop(name, None)
-        for pool in self._pool.values():
-            while pool:
-                warm = pool.pop()
-                with contextlib.suppress(SandgateError):
-                    await self._runtime.kill(warm.sandbox_id)
-                shutil.rmtree(self._root / warm.sandbox_id, ignore_errors=True)
+    async def _boot_warm(self, sandbox_id: str, template: Template) -> str:
+        """Boots a sandbox for the warm pool: the default size, no environment of its own."""
+        return await self._boot(
+            sandbox_id,
+            template,
+            self._limits.default_cpu_count,
+            self._limits.default_memory_mb,
+            {},
+        )
 
     async def connect(
         self,
@@ -1006,96 +957,40 @@ class SandboxService:
             log.error("runtime.unavailable", runtime=self._runtime.name, error=exc.message)
         await self._snapshots.recover()
         await self.reattach()
-        self._reaper = asyncio.create_task(self._reap_forever(), name="sandbox-reaper")
+        self._reaper.start()
         for name in self._config.templates.warm_pool:
             template = self._store.template_by_name_or_id(name)
             if template is None:
                 log.warning("pool.unknown_template", template=name)
                 continue
-            self._refill(template)
+            self._pool.refill(template)
 
     async def stop(self) -> None:
         """Stops background work. Sandboxes keep running; the next start reattaches them."""
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
-        await self._drain_pool()
+        await self._reaper.stop()
+        await self._pool.drain()
         if self._pending_audit:
             await asyncio.gather(*self._pending_audit, return_exceptions=True)
 
     async def reattach(self) -> None:
-        """Adopts the runtime's sandboxes that are still wanted; removes the rest.
-
-        Sandboxes paused to disk have no runtime sandbox and stay as they are (one whose saved
-        layer is gone is killed); one that was booting again when the gateway stopped goes
-        back to paused-to-disk, and whatever its boot left in the runtime is removed; a
-        running one found frozen (by a save the crash interrupted) is thawed and adopted."""
-        now = datetime.now(UTC)
-        seen: set[str] = set()
-        for found in await self._runtime.list():
-            seen.add(found.sandbox_id)
-            row = self._store.sandbox(found.sandbox_id)
-            if row is not None and row.state in (SandboxState.STORED, SandboxState.RESUMING):
-                with contextlib.suppress(SandgateError):
-                    await self._runtime.kill(found.sandbox_id)
-                continue
-            alive = row is not None and row.state in LIVE_STATES and row.end_at > now
-            if alive and row is not None and row.state == SandboxState.PAUSED.value:
-                if found.state is RuntimeState.PAUSED:
-                    log.info("sandbox.reattached", sandbox=found.sandbox_id, state="paused")
-                    continue
-                alive = False
-            running = found.state is RuntimeState.RUNNING
-            if alive and not running and found.state is RuntimeState.PAUSED:
-                with contextlib.suppress(SandgateError):
-                    await self._runtime.resume(found.sandbox_id)
-                    running = True
-            if alive and running and await self._guest_alive(found.sandbox_id):
-                adopted = self._store.update_sandbox(
-                    found.sandbox_id, state=SandboxState.RUNNING.value
-                )
-                if adopted is not None:
-                    self._routes[adopted.id] = self._route_of(adopted)
-                    for hook in self._hooks:
-                        await hook.attach(adopted, self._root / adopted.id)
-                log.info("sandbox.reattached", sandbox=found.sandbox_id)
-                continue
-            await self._terminate(found.sandbox_id, reason="expired or lost during restart")
-        for row in self._store.live_sandboxes():
-            if row.state == SandboxState.RESUMING:
-                check_transition(row.id, SandboxState.RESUMING, SandboxState.STORED)
-                self._store.update_sandbox(row.id, state=SandboxState.STORED.value)
-                log.info("sandbox.reattached", sandbox=row.id, state="stored")
-            elif row.id not in seen:
-                await self._terminate(row.id, reason="its runtime sandbox is gone")
-        for row in self._store.kept_sandboxes():
-            if row.state == SandboxState.STORED and self._snapshots.pause_layer(row.id) is None:
-                await self._terminate(row.id, reason="its saved layer is gone")
-        if self._root.is_dir():
-            for leftover in self._root.iterdir():
-                kept = self._store.sandbox(leftover.name)
-                if kept is None or kept.state not in KEPT_STATES:
-                    shutil.rmtree(leftover, ignore_errors=True)
+        """Adopts the runtime's sandboxes that are still wanted; removes the rest
+        (``reaper.Reaper.reattach``)."""
+        await self._reaper.reattach()
 
     async def reap_expired(self) -> list[str]:
-        """Ends every sandbox whose deadline has passed: a running one created with
-        ``on_timeout="pause"`` is paused (with its memory, or to disk, as it asked), the rest
-        are killed (a paused one at the end of ``limits.paused_retention_s``). Returns the
-        ids killed."""
-        reaped = []
-        for row in self._store.expired_sandboxes(datetime.now(UTC)):
-            if row.state == SandboxState.RESUMING:
-                continue  # booting under its lock; it gets a new deadline
-            if row.state == SandboxState.RUNNING and row.on_timeout == "pause":
-                try:
-                    await self._auto_pause(row.id)
-                except SandgateError as exc:  # retried at the next tick
-                    log.warning("sandbox.auto_pause_failed", sandbox=row.id, error=exc.message)
-                continue
-            await self._terminate(row.id, reason="timeout")
-            reaped.append(row.id)
-        return reaped
+        """Ends every sandbox whose deadline has passed; returns the ids killed
+        (``reaper.Reaper.reap_expired``)."""
+        return await self._reaper.reap_expired()
+
+    async def sweep_exited(self) -> None:
+        """Removes running sandboxes whose runtime sandbox is gone (``reaper.Reaper``)."""
+        await self._reaper.sweep_exited()
+
+    async def _adopt(self, row: Sandbox) -> None:
+        """Makes a sandbox found running after a restart reachable again."""
+        self._routes[row.id] = self._route_of(row)
+        for hook in self._hooks:
+            await hook.attach(row, self._root / row.id)
 
     async def _auto_pause(self, sandbox_id: str) -> None:
         """The reaper's pause (E2B ``lifecycle.on_timeout="pause"``). A pause to disk that the
@@ -1113,20 +1008,10 @@ class SandboxService:
                     log.warning("sandbox.auto_pause_kept_memory", sandbox=row.id, why=exc.message)
             await self._freeze(row)
 
-    async def _reap_forever(self) -> None:
-        loop = asyncio.get_running_loop()
-        swept = loop.time()
-        while True:
-            try:
-                await self.reap_expired()
-                if loop.time() - swept >= _SWEEP_INTERVAL_S:
-                    swept = loop.time()
-                    await self.sweep_exited()
-            except SandgateError as exc:
-                log.warning("reaper.failed", error=exc.message)
-            await asyncio.sleep(_REAP_INTERVAL_S)
-
     # -- helpers --------------------------------------------------------------------------
+
+    async def _terminate_for(self, sandbox_id: str, reason: str) -> None:
+        await self._terminate(sandbox_id, reason=reason)
 
     async def _terminate(self, sandbox_id: str, *, reason: str) -> None:
         self._routes.pop(sandbox_id, None)
@@ -1187,47 +1072,8 @@ class SandboxService:
     def _guest(self, sandbox_id: str) -> GuestClient:
         return GuestClient(
             self._root / sandbox_id / "guest.sock",
-            on_unreachable=lambda: self._suspect(sandbox_id),
+            on_unreachable=lambda: self._reaper.suspect(sandbox_id),
         )
-
-    def _suspect(self, sandbox_id: str) -> None:
-        """A connection to the guest could not be opened: check (once at a time) whether the
-        sandbox still exists, so its state stays truthful."""
-        if sandbox_id in self._suspects:
-            return
-        task = asyncio.create_task(self._check_exited(sandbox_id), name=f"check-{sandbox_id}")
-        self._suspects[sandbox_id] = task
-        task.add_done_callback(lambda _: self._suspects.pop(sandbox_id, None))
-
-    async def _check_exited(self, sandbox_id: str) -> None:
-        row = self._store.sandbox(sandbox_id)
-        if row is None or row.state != SandboxState.RUNNING.value:
-            return
-        try:
-            pid = await self._runtime.pid(sandbox_id)
-        except SandgateError:
-            return  # the runtime is unreachable: nothing can be said about the sandbox
-        if pid is None and not await self._guest_alive(sandbox_id):
-            try:
-                await self._terminate(
-                    sandbox_id, reason="its sandbox stopped on its own (the guest exited)"
-                )
-            except SandgateError as exc:  # killed meanwhile by someone else: nothing to do
-                log.info("sandbox.exit_check_skipped", sandbox=sandbox_id, error=exc.message)
-
-    async def sweep_exited(self) -> None:
-        """Removes running sandboxes whose runtime sandbox is gone (a guest killed by the
-        kernel, say): the store says ``running`` only while the sandbox exists."""
-        found = {s.sandbox_id: s.state for s in await self._runtime.list()}
-        settled = datetime.now(UTC) - timedelta(seconds=_SWEEP_GRACE_S)
-        for row in self._store.live_sandboxes():
-            if (
-                row.state == SandboxState.RUNNING.value
-                and row.runtime == self._runtime.name
-                and row.started_at < settled
-                and found.get(row.id, RuntimeState.GONE) is RuntimeState.GONE
-            ):
-                await self._check_exited(row.id)
 
     async def _wait_ready(self, sandbox_id: str) -> None:
         """Waits until the guest answers a ping. The runtime bound the guest's listening
@@ -1299,7 +1145,7 @@ class SandboxService:
     async def _guest_alive(self, sandbox_id: str) -> bool:
         try:
             await self._guest(sandbox_id).ping()
-        except (GuestUnavailable, GuestError):
+        except GuestError:  # GuestUnavailable included
             return False
         return True
 
@@ -1339,10 +1185,6 @@ class SandboxService:
                 f"this server already runs {total} sandboxes; the limit is "
                 f"{self._limits.max_sandboxes_total} (limits.max_sandboxes_total)"
             )
-
-
-def _pool_key(template: Template) -> str:
-    return template.name
 
 
 async def _run_to_end(guest: GuestClient, command: str) -> tuple[int, str]:
@@ -1387,10 +1229,6 @@ def _publish_envs(host_dir: Path, envs: Mapping[str, str]) -> None:
     """Writes the sandbox-level environment where services inside can read it
     (``/run/sandgate/envs.json``; the code interpreter applies it to its kernels). Atomic."""
     publish_file(host_dir, "envs.json", json.dumps(dict(envs)).encode())
-
-
-def _new_id() -> str:
-    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(_ID_LENGTH))
 
 
 def _not_found(sandbox_id: str) -> SandboxNotFound:

@@ -52,14 +52,14 @@ def test_processes_and_files_run_as_the_selected_user(
         assert made.owner == name
         with pytest.raises(GuestError) as info:
             await guest.client.read_file(str(secret), user=name)
-        assert info.value.code == "permission_denied"
+        assert info.value.connect == "permission_denied"
         with pytest.raises(GuestError) as info:
             await guest.client.write_file("/root/forbidden.txt", b"x", user=name)
-        assert info.value.code == "permission_denied"
+        assert info.value.connect == "permission_denied"
         assert not Path("/root/forbidden.txt").exists()
         with pytest.raises(GuestError) as info:
             await guest.client.remove(str(secret), user=name)
-        assert info.value.code == "permission_denied"
+        assert info.value.connect == "permission_denied"
         assert secret.exists()
         # Root, through the same daemon, still can.
         reader = await guest.client.read_file(str(secret))
@@ -103,7 +103,7 @@ def test_make_dir_where_only_root_may_gives_the_directory_to_the_user(
     assert root_owned.stat().st_uid == 0  # what existed is untouched
     with pytest.raises(GuestError) as refused:
         run(guest.client.make_dir(str(target), user=test_user.pw_name))
-    assert refused.value.code == "already_exists"
+    assert refused.value.connect == "already_exists"
     shutil.rmtree(root_owned)
 
 
@@ -133,7 +133,7 @@ def test_tunnel_to_local_port(guest: RunningGuest) -> None:
         free.close()
         with pytest.raises(GuestError) as info:
             await guest.client.tunnel(closed_port)
-        assert (info.value.code, info.value.message) == ("unavailable", "port is not open")
+        assert (info.value.connect, info.value.message) == ("unavailable", "port is not open")
 
     run(body())
 
@@ -241,7 +241,7 @@ def test_envs(guest: RunningGuest, sandbox_envs: dict[str, str]) -> None:
 def test_unavailable_socket(tmp_path: Path) -> None:
     with pytest.raises(GuestUnavailable) as info:
         run(GuestClient(tmp_path / "missing.sock").ping())
-    assert info.value.code == "unavailable"
+    assert info.value.connect == "unavailable"
 
 
 def test_daemon_exits_on_sigterm(start_guest) -> None:  # type: ignore[no-untyped-def]

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _code(exc: pytest.ExceptionInfo[GuestError]) -> str:
-    return exc.value.code
+    return exc.value.connect
 
 
 def test_write_read_round_trip_binary(guest: RunningGuest, workdir: Path) -> None:

@@ -142,4 +142,4 @@ def test_the_daemon_refuses_a_bad_cursor(guest: RunningGuest) -> None:
     for bad in (-1, "3", True):
         with pytest.raises(GuestError) as caught:
             run(guest.client.logs(bad))  # type: ignore[arg-type]
-        assert caught.value.code == "invalid_argument"
+        assert caught.value.connect == "invalid_argument"

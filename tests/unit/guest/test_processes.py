@@ -60,7 +60,7 @@ def test_exit_codes_and_signals(guest: RunningGuest) -> None:
 def test_spawn_missing_binary_is_an_error(guest: RunningGuest) -> None:
     with pytest.raises(GuestError) as info:
         run(guest.client.spawn("/nonexistent/binary"))
-    assert info.value.code == "invalid_argument"
+    assert info.value.connect == "invalid_argument"
 
 
 def test_environment_layers(guest: RunningGuest) -> None:
@@ -90,7 +90,7 @@ def test_invalid_cwd(guest: RunningGuest, workdir: Path, kind: str) -> None:
         target.write_text("x")
     with pytest.raises(GuestError) as info:
         run(guest.client.spawn("/bin/true", cwd=str(target)))
-    assert info.value.code == "invalid_argument"
+    assert info.value.connect == "invalid_argument"
     assert "invalid_cwd" in info.value.message
 
 
@@ -101,7 +101,7 @@ def test_esc_13_proc_cwd_rejected(guest: RunningGuest, workdir: Path, cwd: str) 
         cwd = str(workdir / "p")
     with pytest.raises(GuestError) as info:
         run(guest.client.spawn("/bin/true", cwd=cwd))
-    assert info.value.code == "invalid_argument"
+    assert info.value.connect == "invalid_argument"
     assert "invalid_cwd" in info.value.message
 
 
@@ -143,7 +143,7 @@ def test_stdin_input_and_close(guest: RunningGuest) -> None:
         assert await read_until(stream, b"hello world") == b"hello world"
         with pytest.raises(GuestError) as info:
             await guest.client.send_input(b"x", pid=stream.pid, pty=True)
-        assert info.value.code == "failed_precondition"
+        assert info.value.connect == "failed_precondition"
         await guest.client.close_stdin(pid=stream.pid)
         _, _, end = await collect(stream)
         assert end.exit_code == 0
@@ -157,13 +157,13 @@ def test_send_input_without_stdin_fails(guest: RunningGuest) -> None:
         try:
             with pytest.raises(GuestError) as info:
                 await guest.client.send_input(b"x", pid=stream.pid)
-            assert info.value.code == "failed_precondition"
+            assert info.value.connect == "failed_precondition"
             with pytest.raises(GuestError) as info:
                 await guest.client.close_stdin(pid=stream.pid)
-            assert info.value.code == "failed_precondition"
+            assert info.value.connect == "failed_precondition"
             with pytest.raises(GuestError) as info:
                 await guest.client.resize(80, 24, pid=stream.pid)
-            assert info.value.code == "invalid_argument"
+            assert info.value.connect == "invalid_argument"
         finally:
             await guest.client.signal(signal.SIGKILL, pid=stream.pid)
             await collect(stream)
@@ -185,10 +185,10 @@ def test_pty_size_resize_and_exit(guest: RunningGuest) -> None:
         await read_until(stream, b"40 120")
         with pytest.raises(GuestError) as info:
             await guest.client.send_input(b"x", pid=stream.pid, pty=False)
-        assert info.value.code == "failed_precondition"
+        assert info.value.connect == "failed_precondition"
         with pytest.raises(GuestError) as info:
             await guest.client.close_stdin(pid=stream.pid)
-        assert info.value.code == "failed_precondition"
+        assert info.value.connect == "failed_precondition"
         await guest.client.send_input(b"exit 0\n", pid=stream.pid, pty=True)
         _, err, end = await collect(stream)
         assert end.exit_code == 0
@@ -249,10 +249,10 @@ def test_connect_recently_exited_and_unknown(guest: RunningGuest) -> None:
         assert events == [Started(stream.pid), end]
         with pytest.raises(GuestError) as info:
             await guest.client.connect_process(pid=2**22 + 12345)
-        assert info.value.code == "not_found"
+        assert info.value.connect == "not_found"
         with pytest.raises(GuestError) as info:
             await guest.client.connect_process(tag="no-such-tag")
-        assert info.value.code == "not_found"
+        assert info.value.connect == "not_found"
 
     run(body())
 
@@ -278,10 +278,10 @@ def test_signal_and_list(guest: RunningGuest) -> None:
         assert stream.pid not in [p.pid for p in await guest.client.list_processes()]
         with pytest.raises(GuestError) as err:
             await guest.client.signal(signal.SIGKILL, pid=stream.pid)
-        assert err.value.code == "not_found"
+        assert err.value.connect == "not_found"
         with pytest.raises(GuestError) as err:
             await guest.client.signal(signal.SIGKILL, pid=2**22 + 54321)
-        assert err.value.code == "not_found"
+        assert err.value.connect == "not_found"
 
     run(body())
 
@@ -289,7 +289,7 @@ def test_signal_and_list(guest: RunningGuest) -> None:
 def test_unknown_user_is_unauthenticated(guest: RunningGuest) -> None:
     with pytest.raises(GuestError) as info:
         run(guest.client.spawn("/bin/true", user="no_such_user_x"))
-    assert (info.value.code, info.value.message) == (
+    assert (info.value.connect, info.value.message) == (
         "unauthenticated",
         "invalid username: 'no_such_user_x'",
     )
@@ -302,7 +302,7 @@ def test_max_processes(start_guest) -> None:  # type: ignore[no-untyped-def]
         streams = [await small.client.spawn("/bin/sleep", ["300"]) for _ in range(2)]
         with pytest.raises(GuestError) as info:
             await small.client.spawn("/bin/true")
-        assert info.value.code == "resource_exhausted"
+        assert info.value.connect == "resource_exhausted"
         for stream in streams:
             await small.client.signal(signal.SIGKILL, pid=stream.pid)
             await collect(stream)

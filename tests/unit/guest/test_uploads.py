@@ -89,7 +89,7 @@ def test_write_files_refusal_of_one_file_discards_the_others(
                     await upload.write(b"x" * 65536)
                 await upload.end()
                 await upload.commit()
-            assert info.value.code == "invalid_argument"
+            assert info.value.connect == "invalid_argument"
             # The guest removed the first file's staging before it answered.
             assert _names(workdir) == ["adir", "keep.txt"]
 

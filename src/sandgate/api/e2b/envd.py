@@ -24,7 +24,7 @@ from sandgate.api.e2b.filesystem import FILESYSTEM_METHODS
 from sandgate.api.e2b.process import PROCESS_METHODS
 from sandgate.api.e2b.unserved import ENVD_UNSERVED, unserved_error
 from sandgate.api.e2b.uploads import UploadLimits
-from sandgate.guest.client import GuestClient, GuestError, GuestUnavailable
+from sandgate.guest.client import GuestClient, GuestError
 
 __all__ = ["build_envd_app"]
 
@@ -36,7 +36,7 @@ async def health(request: Request) -> Response:
     route = request.scope["sandgate.route"]
     try:
         await route.guest.ping()
-    except (GuestError, GuestUnavailable):
+    except GuestError:  # GuestUnavailable included
         return JSONResponse(
             {"sandboxId": route.sandbox_id, "message": "The sandbox was not found", "code": 502},
             status_code=502,
@@ -65,7 +65,7 @@ async def envs(request: Request) -> Response:
     guest: GuestClient = request.scope["sandgate.route"].guest
     try:
         return JSONResponse(await guest.envs())
-    except (GuestError, GuestUnavailable):
+    except GuestError:  # GuestUnavailable included
         return JSONResponse({"code": 502, "message": "the sandbox is not reachable"}, 502)
 
 

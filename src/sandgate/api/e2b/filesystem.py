@@ -120,7 +120,7 @@ class _Watcher:
                     self.events.append(await _event(event, self.entries))
                 self.arrived.set()
         except GuestError as exc:
-            self.error = RpcError(exc.code, exc.message)
+            self.error = RpcError(exc.connect, exc.message)
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,7 @@ async def watch_dir(request: Request) -> Response:
         root = (await guest_of(request).stat(path, user=user)).path
         stream = await guest_of(request).watch(path, recursive=recursive, user=user)
     except GuestError as exc:
-        raise RpcError(exc.code, exc.message) from None
+        raise RpcError(exc.connect, exc.message) from None
 
     entries = _EntryLookup(guest_of(request), root, user) if include_entry else None
 

@@ -13,20 +13,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sandgate.api.e2b.connect import RpcError, StreamDropped, read_unary_request, unary_response
-from sandgate.errors import (
-    Conflict,
-    DiskFull,
-    Forbidden,
-    InvalidRequest,
-    LimitExceeded,
-    NotFound,
-    QuotaExceeded,
-    SandboxUnavailable,
-    SandgateError,
-    Unauthenticated,
-)
+from sandgate.errors import SandboxUnavailable, SandgateError, guest_kind
 from sandgate.guest.client import GuestClient, GuestError, GuestUnavailable
-from sandgate.guest.protocol import DISK_FULL, TOO_LARGE
 
 __all__ = ["guest_failure", "guest_of", "stream_failure", "unary_call"]
 
@@ -34,19 +22,6 @@ log = structlog.get_logger("sandgate.api.e2b")
 
 #: How long a stream whose guest connection broke waits for the guest to answer a ping.
 _ALIVE_CHECK_S: Final = 2.0
-
-#: Guest protocol code → Sandgate error; the status of each is set once, in errors.py.
-_BY_CODE: Final[dict[str, type[SandgateError]]] = {
-    "invalid_argument": InvalidRequest,
-    "failed_precondition": InvalidRequest,
-    "unauthenticated": Unauthenticated,
-    "permission_denied": Forbidden,
-    "not_found": NotFound,
-    "already_exists": Conflict,
-    "resource_exhausted": QuotaExceeded,
-    "unavailable": SandboxUnavailable,
-}
-_BY_REASON: Final[dict[str, type[SandgateError]]] = {DISK_FULL: DiskFull, TOO_LARGE: LimitExceeded}
 
 
 def guest_of(request: Request) -> GuestClient:
@@ -61,8 +36,7 @@ def guest_failure(exc: GuestError) -> SandgateError:
     EFBIG). An unreachable guest's message names host paths; it is not passed on."""
     if isinstance(exc, GuestUnavailable):
         return SandboxUnavailable("the sandbox is not reachable: it stopped or is being killed")
-    kind = _BY_REASON.get(exc.reason or "") or _BY_CODE.get(exc.code, SandgateError)
-    return kind(exc.message)
+    return guest_kind(exc.connect, exc.reason)(exc.message)
 
 
 async def stream_failure(request: Request, error: GuestError) -> RpcError:
@@ -77,7 +51,7 @@ async def stream_failure(request: Request, error: GuestError) -> RpcError:
             sandbox_id = request.scope["sandgate.route"].sandbox_id
             log.info("e2b.stream_dropped", sandbox_id=sandbox_id, reason="sandbox gone")
             raise StreamDropped(f"sandbox {sandbox_id} is gone") from None
-    return RpcError(error.code, error.message)
+    return RpcError(error.connect, error.message)
 
 
 async def unary_call(
@@ -88,5 +62,5 @@ async def unary_call(
     try:
         result = await call(message)
     except GuestError as exc:  # GuestUnavailable included: code "unavailable"
-        raise RpcError(exc.code, exc.message) from None
+        raise RpcError(exc.connect, exc.message) from None
     return unary_response(result if isinstance(result, dict) else {})

@@ -150,7 +150,7 @@ async def _stream_call(
     try:
         stream = await opener(message)
     except GuestError as exc:
-        raise RpcError(exc.code, exc.message) from None
+        raise RpcError(exc.connect, exc.message) from None
     return stream_response(
         with_keepalive(
             _events(request, stream),
@@ -287,7 +287,7 @@ async def stream_input(request: Request) -> Response:
                 payload, pty = _input(messages.message(data, "input", where="data."), "data.")
                 await guest_of(request).send_input(payload, **selector, pty=pty)
     except GuestError as exc:
-        raise RpcError(exc.code, exc.message) from None
+        raise RpcError(exc.connect, exc.message) from None
 
     async def result() -> AsyncIterator[dict[str, Any]]:
         yield {}

@@ -1,0 +1,251 @@
+"""``SandboxService``'s own bookkeeping (store rows, routes, host directories, the warm pool,
+the reaper, reattach) over the in-memory runtime of ``tests/fixtures/fake_runtime.py`` and a
+real SQLite store. What the real runtimes do with a sandbox is tested against them in
+tests/integration; here only what the service decides and records is."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from sandgate.access import Principal, create_api_key
+from sandgate.config import load_config
+from sandgate.errors import RuntimeUnavailable, SandboxNotFound
+from sandgate.runtimes import RuntimeState
+from sandgate.sandboxes import CreateRequest, SandboxService, SandboxState
+from sandgate.sandboxes.catalog import register
+from sandgate.store import Store
+from sandgate.templates import BuiltTemplate
+from tests.fixtures.fake_runtime import FakeRuntime
+
+T = TypeVar("T")
+
+
+@dataclass
+class Harness:
+    home: Path
+    store: Store
+    runtime: FakeRuntime
+    service: SandboxService
+    principal: Principal
+
+    @property
+    def dirs(self) -> list[str]:
+        root = self.home / "sandboxes"
+        return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+
+    def state(self, sandbox_id: str) -> str | None:
+        row = self.store.sandbox(sandbox_id)
+        return row.state if row is not None else None
+
+    def new_service(self) -> SandboxService:
+        """Another service on the same store and runtime: the gateway after a restart."""
+        return _service(self.home, self.store, self.runtime)
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    # Short: the guest socket's path must fit a Unix socket address (108 bytes).
+    path = Path(tempfile.mkdtemp(prefix="sgsvc", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _service(home: Path, store: Store, runtime: FakeRuntime) -> SandboxService:
+    config = load_config(home / "sandgate.yaml", environ={"SANDGATE_HOME": str(home)})
+    return SandboxService(
+        config, store, runtime, instance_id="test", guest_zipapp=home / "guest.pyz"
+    )
+
+
+def _run(home: Path, body: Callable[[Harness], Awaitable[T]], *, warm_pool: int = 0) -> T:
+    pool = f"templates:\n  warm_pool:\n    base: {warm_pool}\n" if warm_pool else "{}\n"
+    (home / "sandgate.yaml").write_text(pool)
+    (home / "guest.pyz").write_bytes(b"not run: the fake runtime starts no guest process")
+    config = load_config(home / "sandgate.yaml", environ={"SANDGATE_HOME": str(home)})
+    store = Store.open(config.store_url)
+    register(store, BuiltTemplate("base", "sandgate/template-base:latest", "sha256:x", "d"))
+    key, _ = create_api_key(store, "t", "k")
+    runtime = FakeRuntime()
+    harness = Harness(
+        home, store, runtime, _service(home, store, runtime), Principal(key.team_id, key.id)
+    )
+
+    async def main() -> T:
+        async with _stopped(harness.service):
+            return await body(harness)
+
+    try:
+        return asyncio.run(main())
+    finally:
+        store.close()
+
+
+@asynccontextmanager
+async def _stopped(service: SandboxService) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        await service.stop()
+
+
+def _request(**envs: str) -> CreateRequest:
+    return CreateRequest(template="base", timeout_s=300, metadata={"k": "v"}, envs=dict(envs))
+
+
+def test_create_then_kill_keeps_store_runtime_and_routes_in_step(home: Path) -> None:
+    async def body(h: Harness) -> None:
+        row = await h.service.create(h.principal, _request(A="1"))
+        assert h.state(row.id) == SandboxState.RUNNING.value
+        assert h.store.sandbox(row.id).runtime_ref == f"fake-{row.id}"  # type: ignore[union-attr]
+        assert h.runtime.sandboxes[row.id].requests == ["ping"]  # booted, then asked if ready
+        assert h.service.route(row.id) is not None
+        assert h.dirs == [row.id]
+        await h.service.kill(h.principal, row.id)
+        assert h.state(row.id) == SandboxState.KILLED.value
+        assert h.runtime.killed == [row.id]
+        assert h.service.route(row.id) is None
+        assert h.dirs == []
+        with pytest.raises(SandboxNotFound):
+            await h.service.kill(h.principal, row.id)
+
+    _run(home, body)
+
+
+def test_pause_freezes_and_connect_thaws(home: Path) -> None:
+    async def body(h: Harness) -> None:
+        row = await h.service.create(h.principal, _request())
+        await h.service.pause(h.principal, row.id)
+        assert h.state(row.id) == SandboxState.PAUSED.value
+        assert h.runtime.sandboxes[row.id].state is RuntimeState.PAUSED
+        assert h.service.route(row.id) is None  # no traffic reaches a frozen sandbox
+        resumed_row, resumed = await h.service.connect(h.principal, row.id, 60)
+        assert resumed
+        assert resumed_row.state == SandboxState.RUNNING.value
+        assert h.runtime.sandboxes[row.id].state is RuntimeState.RUNNING
+        _, again = await h.service.connect(h.principal, row.id, 60)
+        assert not again  # a running sandbox is not resumed twice
+
+    _run(home, body)
+
+
+def test_a_failed_runtime_create_leaves_no_row_and_no_directory(home: Path) -> None:
+    async def body(h: Harness) -> None:
+        h.runtime.fail_create = RuntimeUnavailable("engine gone")
+        with pytest.raises(RuntimeUnavailable, match="engine gone"):
+            await h.service.create(h.principal, _request())
+        assert h.store.count_live() == 0
+        assert h.store.live_sandboxes() == []
+        assert h.dirs == []
+        assert h.runtime.sandboxes == {}
+
+    _run(home, body)
+
+
+def test_the_warm_pool_is_taken_configured_and_refilled(home: Path) -> None:
+    async def body(h: Harness) -> None:
+        await h.service.start()
+        await h.service.warm_pool_filled()
+        assert h.service.warm_pool_sizes() == {"base": 1}
+        [warm_id] = h.runtime.created
+        assert h.store.sandbox(warm_id) is None  # a warm sandbox has no row yet
+
+        row = await h.service.create(h.principal, _request(MINE="yes"))
+        assert row.id == warm_id  # claimed, not booted
+        assert h.runtime.sandboxes[warm_id].envs["MINE"] == "yes"  # given its environment
+        await h.service.warm_pool_filled()
+        assert h.service.warm_pool_sizes() == {"base": 1}
+        assert len(h.runtime.created) == 2  # the pool started one more
+
+        sized = CreateRequest(template="base", timeout_s=60, metadata={}, envs={}, cpu_count=2)
+        other = await h.service.create(h.principal, sized)
+        assert other.id not in (warm_id, *h.runtime.created[:2])  # not the default size
+        await h.service.stop()
+        spare = h.runtime.created[1]
+        assert spare in h.runtime.killed  # stopping removes what waits in the pool
+        assert spare not in h.dirs
+
+    _run(home, body, warm_pool=1)
+
+
+def test_a_dead_warm_sandbox_is_discarded_not_handed_out(home: Path) -> None:
+    async def body(h: Harness) -> None:
+        await h.service.start()
+        await h.service.warm_pool_filled()
+        [warm_id] = h.runtime.created
+        await h.runtime.exit(warm_id)
+        row = await h.service.create(h.principal, _request())
+        assert row.id != warm_id
+        assert warm_id not in h.dirs
+
+    _run(home, body, warm_pool=1)
+
+
+def test_the_reaper_kills_an_expired_sandbox_and_pauses_one_that_asked(home: Path) -> None:
+    async def body(h: Harness) -> None:
+        doomed = await h.service.create(h.principal, _request())
+        pausing = await h.service.create(
+            h.principal,
+            CreateRequest(template="base", timeout_s=300, metadata={}, envs={}, on_timeout="pause"),
+        )
+        kept = await h.service.create(h.principal, _request())
+        past = datetime.now(UTC) - timedelta(seconds=1)
+        h.store.update_sandbox(doomed.id, end_at=past)
+        h.store.update_sandbox(pausing.id, end_at=past)
+        assert await h.service.reap_expired() == [doomed.id]
+        assert h.state(doomed.id) == SandboxState.KILLED.value
+        assert doomed.id not in h.runtime.sandboxes
+        assert doomed.id not in h.dirs
+        assert h.state(pausing.id) == SandboxState.PAUSED.value
+        assert h.runtime.sandboxes[pausing.id].state is RuntimeState.PAUSED
+        assert h.state(kept.id) == SandboxState.RUNNING.value
+
+    _run(home, body)
+
+
+def test_the_sweep_ends_a_sandbox_that_stopped_on_its_own(home: Path) -> None:
+    async def body(h: Harness) -> None:
+        row = await h.service.create(h.principal, _request())
+        young = await h.service.create(h.principal, _request())
+        h.store.update_sandbox(row.id, started_at=datetime.now(UTC) - timedelta(minutes=1))
+        await h.runtime.exit(row.id)
+        await h.runtime.exit(young.id)
+        await h.service.sweep_exited()
+        assert h.state(row.id) == SandboxState.KILLED.value
+        assert h.service.route(row.id) is None
+        # One created during the runtime's listing is given a grace period.
+        assert h.state(young.id) == SandboxState.RUNNING.value
+
+    _run(home, body)
+
+
+def test_reattach_adopts_what_is_wanted_and_removes_the_rest(home: Path) -> None:
+    async def body(h: Harness) -> None:
+        alive = await h.service.create(h.principal, _request())
+        expired = await h.service.create(h.principal, _request())
+        lost = await h.service.create(h.principal, _request())
+        h.store.update_sandbox(expired.id, end_at=datetime.now(UTC) - timedelta(seconds=1))
+        await h.runtime.exit(lost.id)
+        stray = h.home / "sandboxes" / "nobodyknowsthisone"
+        stray.mkdir()
+
+        restarted = h.new_service()
+        async with _stopped(restarted):
+            await restarted.reattach()
+            assert restarted.route(alive.id) is not None
+            assert h.state(alive.id) == SandboxState.RUNNING.value
+            assert h.state(expired.id) == SandboxState.KILLED.value
+            assert expired.id not in h.runtime.sandboxes
+            assert h.state(lost.id) == SandboxState.KILLED.value
+            assert h.dirs == [alive.id]
+
+    _run(home, body)

@@ -1,0 +1,45 @@
+"""Operator commands on the host manage sandboxes without building the HTTP app: the
+lifecycle service is wired in one module that imports none of the server's other parts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+#: What ``sandgate serve`` adds around the lifecycle; a kill from the CLI needs none of it.
+_SERVER_ONLY = (
+    "sandgate.api",
+    "sandgate.tools",
+    "sandgate.workflows",
+    "sandgate.agents",
+    "sandgate.egress",
+    "sandgate.templates",
+    "fastapi",
+    "starlette",
+    "dbos",
+)
+
+
+def test_the_sandbox_wiring_imports_nothing_of_the_server() -> None:
+    code = (
+        "import json, sys\n"
+        "import sandgate.sandboxes.wiring\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.startswith({_SERVER_ONLY!r}))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(out) == []
+
+
+def test_serve_and_the_cli_build_the_service_the_same_way() -> None:
+    """The composition root builds its SandboxService through the same function (one place
+    decides the instance id and the guest zipapp)."""
+    import sandgate
+
+    source = (Path(sandgate.__file__).parent / "api" / "app.py").read_text()
+    assert "build_sandbox_service(" in source
+    assert "SandboxService(" not in source.replace("build_sandbox_service(", "")
+    assert "def instance_id" not in source
