@@ -105,8 +105,6 @@ def test_sigkilled_gateway_finds_its_sandboxes_again(
     server = runtime_server_factory()
     view = RuntimeView(runtime, server)
     keep = create(server.url, server.api_key, timeout=600)
-    expire = create(server.url, server.api_key, timeout=3)
-    expire_at = datetime.fromisoformat(_info(server, expire["sandboxID"]).json()["endAt"])
     frozen = create(server.url, server.api_key, timeout=600)
     assert (
         httpx.post(
@@ -115,6 +113,10 @@ def test_sigkilled_gateway_finds_its_sandboxes_again(
         ).status_code
         == 204
     )
+    # The short-lived one last, the gateway killed right after: nothing else runs between its
+    # create and the kill, however slow the machine is (a create is not bounded in time).
+    expire = create(server.url, server.api_key, timeout=10)
+    expire_at = datetime.fromisoformat(_info(server, expire["sandboxID"]).json()["endAt"])
     server.kill()
     # Let the short-lived sandbox's deadline pass while no gateway runs.
     _wait_until(lambda: datetime.now(expire_at.tzinfo) > expire_at, 30, "the deadline")
