@@ -132,7 +132,9 @@ def test_unserved_endpoints_still_need_the_api_key(sandgate_server: RunningServe
     assert keyed.status_code == 501
     assert keyed.json()["error_code"] == "not_implemented"
     assert keyed.json()["message"].startswith("the v1 template build API")
-    stray = httpx.get(sandgate_server.url + "/no/such/thing", headers=keyed.request.headers)
+    stray = httpx.get(
+        sandgate_server.url + "/no/such/thing", headers={"X-API-Key": sandgate_server.api_key}
+    )
     assert stray.status_code == 404
     assert stray.json()["error_code"] == "unknown_endpoint"
     assert stray.json()["message"] == "no such endpoint: GET /no/such/thing"

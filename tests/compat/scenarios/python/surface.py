@@ -11,7 +11,11 @@ from _common import attempt, run
 from e2b import Sandbox
 from e2b.api import ApiClient
 from e2b.api.client.api.sandboxes import post_sandboxes_sandbox_id_refreshes
-from e2b.api.client.models import SandboxRefreshRequest
+
+try:  # the model's name since the spec named it (2.63)
+    from e2b.api.client.models import SandboxRefreshRequest as RefreshBody
+except ImportError:  # 2.31: the generator's name for an inline body
+    from e2b.api.client.models import PostSandboxesSandboxIDRefreshesBody as RefreshBody
 from e2b.connection_config import ConnectionConfig
 
 
@@ -22,12 +26,12 @@ def scenario(args: list[str]) -> dict[str, Any]:
     try:
         out["end_before"] = sbx.get_info().end_at.timestamp()
         refreshed = post_sandboxes_sandbox_id_refreshes.sync_detailed(
-            sbx.sandbox_id, client=api, body=SandboxRefreshRequest(duration=600)
+            sbx.sandbox_id, client=api, body=RefreshBody(duration=600)
         )
         out["refresh_status"] = int(refreshed.status_code)
         out["end_after"] = sbx.get_info().end_at.timestamp()
         unknown = post_sandboxes_sandbox_id_refreshes.sync_detailed(
-            "a" * 25, client=api, body=SandboxRefreshRequest(duration=60)
+            "a" * 25, client=api, body=RefreshBody(duration=60)
         )
         out["unknown_status"] = int(unknown.status_code)
         out["unknown_message"] = getattr(unknown.parsed, "message", None)
