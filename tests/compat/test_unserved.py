@@ -30,6 +30,15 @@ _TS_INTERFACE = re.compile(r"^interface (paths\S*) \{\n(.*?)^\}", re.S | re.M)
 #: A path key one indent deep, a method two deep (2 or 4 spaces, by the SDK's bundler).
 _TS_PATH = re.compile(r'^(?:  |    )"(/[^"]*)": \{')
 _TS_METHOD = re.compile(r"^(?:    |        )(get|put|post|delete|patch): \{")
+#: What is left unserved, as each SDK spells the paths' parameters.
+V1_TEMPLATE_BUILDS: set[Endpoint] = {
+    ("POST", "/templates"),
+    ("POST", "/v2/templates"),
+    ("POST", "/templates/{templateID}"),
+    ("POST", "/templates/{template_id}"),
+    ("POST", "/templates/{templateID}/builds/{buildID}"),
+    ("POST", "/templates/{template_id}/builds/{build_id}"),
+}
 
 
 def sdk_endpoints(client: PreparedClient) -> tuple[set[Endpoint], set[Endpoint]]:
@@ -96,27 +105,36 @@ def test_every_sdk_endpoint_is_served_or_answers_501(
     routed = envd_headers(sandbox["sandboxID"], sandbox["envdAccessToken"])
     wrong: dict[str, str] = {}
     verdicts: dict[str, int] = {"served": 0, "501": 0}
+    unserved: set[Endpoint] = set()
     for headers, endpoints in ((key, control), (routed, envd)):
         for method, template in sorted(endpoints):
             verdict = _verdict(_call(sandgate_server, method, template, headers))
             if verdict in verdicts:
                 verdicts[verdict] += 1
+                if verdict == "501":
+                    unserved.add((method, template))
             else:
                 wrong[f"{method} {template}"] = verdict
     assert not wrong, wrong
     assert verdicts["served"] >= 10, verdicts
+    # Issue 13 served the rest: only the v1 template builds (registry push) answer 501.
+    assert unserved <= V1_TEMPLATE_BUILDS, unserved - V1_TEMPLATE_BUILDS
 
 
 def test_unserved_endpoints_still_need_the_api_key(sandgate_server: RunningServer) -> None:
-    response = httpx.get(sandgate_server.url + "/teams")
+    response = httpx.post(sandgate_server.url + "/v2/templates", json={})
     assert response.status_code == 401
-    keyed = httpx.get(
-        sandgate_server.url + "/teams", headers={"X-API-Key": sandgate_server.api_key}
+    keyed = httpx.post(
+        sandgate_server.url + "/v2/templates",
+        json={},
+        headers={"X-API-Key": sandgate_server.api_key},
     )
     assert keyed.status_code == 501
     assert keyed.json()["error_code"] == "not_implemented"
-    assert keyed.json()["message"].startswith("teams (Sandgate's teams are its API keys' teams)")
-    stray = httpx.get(sandgate_server.url + "/no/such/thing", headers=keyed.request.headers)
+    assert keyed.json()["message"].startswith("the v1 template build API")
+    stray = httpx.get(
+        sandgate_server.url + "/no/such/thing", headers={"X-API-Key": sandgate_server.api_key}
+    )
     assert stray.status_code == 404
     assert stray.json()["error_code"] == "unknown_endpoint"
     assert stray.json()["message"] == "no such endpoint: GET /no/such/thing"

@@ -26,6 +26,7 @@ from sandgate.api.e2b import (
     build_snapshots_router,
 )
 from sandgate.api.e2b.secrets import build_secrets_router
+from sandgate.api.e2b.teams import build_teams_router
 from sandgate.api.e2b.templates import build_templates_router
 from sandgate.api.e2b.unserved import CONTROL_UNSERVED, unserved_error
 from sandgate.api.e2b.volume_content import build_volume_content_app, with_volume_content
@@ -51,7 +52,13 @@ from sandgate.runtimes.select import select
 from sandgate.sandboxes.catalog import ENVD_VERSION
 from sandgate.sandboxes.wiring import build_sandbox_service, instance_id
 from sandgate.secrets import TeamSecrets
-from sandgate.store import SecretRecords, Store, TemplateRecords, VolumeRecords
+from sandgate.store import (
+    SandboxMetricSample,
+    SecretRecords,
+    Store,
+    TemplateRecords,
+    VolumeRecords,
+)
 from sandgate.telemetry import Telemetry
 from sandgate.templates import layer_backend, prepare_template_tree, remove_stale_builds
 from sandgate.templates.builds import BuildService
@@ -166,6 +173,7 @@ class Application:
         # Before the control router: /sandboxes/metrics must not be read as a sandbox id.
         control.include_router(build_metrics_router(store, self.telemetry))
         control.include_router(build_logs_router(store, self.telemetry, config.sandbox_logs))
+        control.include_router(build_teams_router(store))
         control.include_router(
             build_control_router(
                 self.sandboxes,
@@ -228,7 +236,9 @@ class Application:
                 ),
                 control,
             ),
-            build_envd_app(UploadLimits(config.limits.max_upload_bytes)),
+            build_envd_app(
+                UploadLimits(config.limits.max_upload_bytes), metrics=self._sandbox_reading
+            ),
             self.sandboxes,
             ports=PortProxy(),
         )
@@ -252,6 +262,13 @@ class Application:
         self.gateway.audit.on_commit = metrics.audit_committed
         self.gateway.on_call = metrics.tool_call
         return [metrics]
+
+    async def _sandbox_reading(self, sandbox_id: str) -> SandboxMetricSample | None:
+        """envd's ``GET /metrics``: one unstored reading of a running sandbox."""
+        row = self.store.sandbox(sandbox_id)
+        if row is None or row.state != "running":
+            return None
+        return await self.telemetry.sampler.current(row)
 
     async def _audit_sandbox_event(self, record: dict[str, Any]) -> None:
         await self.gateway.audit.write(record)

@@ -522,9 +522,22 @@ class GuestClient:
         """The sandbox-level environment variables."""
         return dict((await _unary(self._open({"op": "envs"})))["envs"])
 
-    async def configure(self, envs: dict[str, str]) -> None:
-        """Replaces the sandbox-level environment (a claimed warm sandbox gets its own)."""
-        await _unary(self._open({"op": "configure", "envs": dict(envs)}))
+    async def configure(
+        self,
+        envs: dict[str, str],
+        *,
+        default_user: str | None = None,
+        default_workdir: str | None = None,
+    ) -> None:
+        """Replaces the sandbox-level environment (a claimed warm sandbox gets its own) and,
+        when given, the default user (``not_found`` if the sandbox has no such user) and
+        working directory of processes started from now on."""
+        request: dict[str, Any] = {"op": "configure", "envs": dict(envs)}
+        if default_user is not None:
+            request["default_user"] = default_user
+        if default_workdir is not None:
+            request["default_workdir"] = default_workdir
+        await _unary(self._open(request))
 
     async def logs(self, after: int, *, timeout_s: float = UNARY_TIMEOUT_S) -> dict[str, Any]:
         """The guest's process log after sequence number ``after``, as the guest sent it

@@ -270,13 +270,23 @@ class Daemon:
         await self._reply(conn, {"ok": True, "envs": self.config.envs})
 
     async def op_configure(self, conn: socket.socket, request: dict[str, Any]) -> None:
-        """Replaces the sandbox-level environment; used when a warm sandbox is claimed. Only
-        processes started afterwards see the new values."""
+        """Replaces the sandbox-level environment (a claimed warm sandbox, envd's ``/init``)
+        and, when the request names them, the default user and working directory. Only
+        processes started afterwards see the new values; the file workers keep resolving
+        relative paths as they did (a worker is never stopped under a running operation)."""
+        changes: dict[str, Any] = {"envs": request.get("envs")}
+        for key in ("default_user", "default_workdir"):
+            if key in request:
+                changes[key] = request[key]
         try:
-            config = GuestConfig.from_json({**self.config.as_json(), "envs": request.get("envs")})
+            config = GuestConfig.from_json({**self.config.as_json(), **changes})
+            if config.default_workdir is not None and not config.default_workdir.startswith("/"):
+                raise ValueError("config: default_workdir must be an absolute path")
         except ValueError as exc:
             await self._reply(conn, {"ok": False, "code": "invalid_argument", "message": str(exc)})
             return
+        if "default_user" in changes:
+            lookup_user(config.default_user)  # OpError not_found: no such user here
         self.config = config
         self.processes.reconfigure(config)
         await self._reply(conn, {"ok": True})

@@ -75,6 +75,10 @@ _WAIT_FOR_PORT = re.compile(r'\[ -n "\$\(ss -Htuln sport = :([1-9][0-9]{0,4})\)"
 _PREVIEW = 200
 #: Sandboxes one fork call may start (E2B's SDKs allow 1..20), and how many boot at once.
 MAX_FORK_COUNT = 20
+#: E2B's refresh: the least a refresh extends a sandbox's life by (its default), the most
+#: one may ask for.
+REFRESH_MIN_S = 15
+REFRESH_MAX_S = 3600
 _FORK_PARALLEL = 4
 
 AuditSink = Callable[[dict[str, Any]], Awaitable[None]]
@@ -826,6 +830,65 @@ class SandboxService:
         row = self.get(principal, sandbox_id)
         timeout = self._check_timeout(timeout_s)
         self._store.update_sandbox(row.id, end_at=datetime.now(UTC) + timedelta(seconds=timeout))
+
+    async def change_timeout(self, principal: Principal, sandbox_id: str, timeout_s: int) -> None:
+        """``set_timeout`` for API callers: the same, plus an audit record
+        (``sandbox.timeout_set``) of who moved the sandbox's end and to when."""
+        self.set_timeout(principal, sandbox_id, timeout_s)
+        row = self.get(principal, sandbox_id)
+        await self._record(
+            "sandbox.timeout_set", row, timeout_s=timeout_s, end_at=row.end_at.isoformat()
+        )
+
+    async def refresh(self, principal: Principal, sandbox_id: str, duration_s: int | None) -> None:
+        """E2B's refresh (keep-alive): the sandbox lives at least ``duration_s`` more seconds
+        (omitted or shorter: :data:`REFRESH_MIN_S`, E2B's floor), and never less than it
+        already would, unlike ``set_timeout``. Audited as ``sandbox.refreshed``.
+
+        Raises ``SandboxNotFound`` (unknown, ended, another team's), ``InvalidRequest``
+        (negative, or over E2B's cap :data:`REFRESH_MAX_S`) and ``LimitExceeded`` (over
+        ``limits.max_timeout_s``)."""
+        if duration_s is not None and not 0 <= duration_s <= REFRESH_MAX_S:
+            raise InvalidRequest(
+                f"duration must be between 0 and {REFRESH_MAX_S} seconds; got {duration_s}"
+            )
+        row = self.get(principal, sandbox_id)
+        duration = self._check_timeout(max(duration_s or 0, REFRESH_MIN_S))
+        async with self._lock(row.id):
+            row = self.get(principal, sandbox_id)
+            end_at = max(row.end_at, datetime.now(UTC) + timedelta(seconds=duration))
+            if end_at != row.end_at:
+                self._store.update_sandbox(row.id, end_at=end_at)
+        await self._record("sandbox.refreshed", row, duration_s=duration, end_at=end_at.isoformat())
+
+    async def configure_guest(
+        self,
+        sandbox_id: str,
+        *,
+        envs: Mapping[str, str],
+        default_user: str | None,
+        default_workdir: str | None,
+    ) -> None:
+        """envd's ``/init`` for a running sandbox (the caller holds its access token):
+        ``envs`` are added to the sandbox-level environment (and to ``envs.json``, where
+        services inside read it, as ``update_network`` does); ``default_user`` and
+        ``default_workdir`` replace the guest's for processes started from now on. Raises
+        ``SandboxNotFound``, ``GuestError`` (``invalid_argument``; ``unauthenticated``: no
+        such user in the sandbox)."""
+        row = self._store.sandbox(sandbox_id)
+        if row is None or row.state != SandboxState.RUNNING.value:
+            raise _not_found(sandbox_id)
+        host_dir = self._root / row.id
+        try:
+            current = json.loads((host_dir / "envs.json").read_text())
+        except (OSError, ValueError):
+            current = {}
+        merged = {**(current if isinstance(current, dict) else {}), **envs}
+        await self._guest(row.id).configure(
+            merged, default_user=default_user, default_workdir=default_workdir
+        )
+        if merged != current:
+            _publish_envs(host_dir, merged)
 
     async def update_network(
         self,

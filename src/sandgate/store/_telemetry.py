@@ -9,12 +9,13 @@ total size (``prune_logs``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from sandgate.store._store import Store
-from sandgate.store.models import SandboxLogEntry, SandboxMetricSample
+from sandgate.store._store import KEPT_STATES, Store
+from sandgate.store.models import Sandbox, SandboxLogEntry, SandboxMetricSample
 
 __all__ = ["TelemetryRecords"]
 
@@ -25,6 +26,24 @@ _PRUNE_BATCH = 5000
 class TelemetryRecords:
     def __init__(self, store: Store) -> None:
         self._store = store
+
+    # -- team metrics ---------------------------------------------------------------------
+
+    def lifetimes(
+        self, team_id: str, start: datetime, end: datetime
+    ) -> list[tuple[datetime, datetime | None]]:
+        """(started, ended or None) of the team's sandboxes that existed at some moment of
+        ``[start, end]``: the sandboxes table keeps ended rows, so this is the team's
+        history (E2B's team metrics are computed from it)."""
+        with self._store.session() as s:
+            query = select(Sandbox.started_at, Sandbox.ended_at).where(
+                Sandbox.team_id == team_id,
+                Sandbox.started_at <= end,
+                # An ended row without its end time (none is written so) is not counted.
+                (Sandbox.ended_at >= start)
+                | (Sandbox.ended_at.is_(None) & Sandbox.state.in_(KEPT_STATES)),
+            )
+            return [(row[0], row[1]) for row in s.execute(query).all()]
 
     # -- metrics --------------------------------------------------------------------------
 

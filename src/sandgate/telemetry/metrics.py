@@ -81,6 +81,17 @@ class MetricsSampler:
             await asyncio.to_thread(self._records.add_samples, samples)
         return len(samples)
 
+    async def current(self, row: Sandbox) -> SandboxMetricSample | None:
+        """A reading of one sandbox now, not stored (envd's ``GET /metrics``); its CPU share
+        is over the time since the last stored sample. None if it does not run here."""
+        if row.runtime != self._runtime.name:
+            return None
+        readings = await self._runtime.stats([row.id])
+        reading = readings.get(row.id)
+        if reading is None:
+            return None
+        return to_sample(row, reading, self._last.get(row.id), int(time.time() * 1000))
+
     def forget(self, sandbox_id: str) -> None:
         """Drops the sandbox's last reading (it ended)."""
         self._last.pop(sandbox_id, None)

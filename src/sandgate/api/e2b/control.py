@@ -127,6 +127,15 @@ class TimeoutBody(BaseModel):
     timeout: int | None = None
 
 
+class RefreshBody(BaseModel):
+    """``SandboxRefreshRequest``: keep the sandbox alive ``duration`` more seconds (E2B:
+    0-3600, default and floor 15; ``SandboxService.refresh``)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    duration: int | None = None
+
+
 class ConnectBody(TimeoutBody):
     """``ConnectSandbox``/``ConnectSandboxV2``/``ResumedSandbox``: ``memory: false`` resumes
     from the saved disk only (E2B's ``on_resume="reboot"``)."""
@@ -302,7 +311,12 @@ def build_control_router(
     async def set_timeout(sandbox_id: str, body: TimeoutBody, caller: Caller) -> Response:
         if body.timeout is None:
             raise InvalidRequest("timeout is required (seconds)")
-        service.set_timeout(caller, sandbox_id, body.timeout)
+        await service.change_timeout(caller, sandbox_id, body.timeout)
+        return Response(status_code=204)
+
+    @router.post("/sandboxes/{sandbox_id}/refreshes")
+    async def refresh(sandbox_id: str, caller: Caller, body: RefreshBody | None = None) -> Response:
+        await service.refresh(caller, sandbox_id, None if body is None else body.duration)
         return Response(status_code=204)
 
     @router.put("/sandboxes/{sandbox_id}/network")

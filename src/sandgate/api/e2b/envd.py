@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from sandgate.api.e2b.compose import compose
 from sandgate.api.e2b.connect import (
     STREAM_CONTENT_TYPE,
     RpcError,
@@ -19,6 +20,7 @@ from sandgate.api.e2b.connect import (
     rpc_error_response,
     stream_error_response,
 )
+from sandgate.api.e2b.envd_state import MetricsSource, envd_metrics_endpoint, init
 from sandgate.api.e2b.files import download, upload_endpoint
 from sandgate.api.e2b.filesystem import FILESYSTEM_METHODS
 from sandgate.api.e2b.process import PROCESS_METHODS
@@ -81,15 +83,19 @@ async def _no_route(request: Request, exc: Exception) -> Response:
     return JSONResponse({"code": status, "message": message}, status_code=status)
 
 
-def build_envd_app(uploads: UploadLimits) -> Starlette:
+def build_envd_app(uploads: UploadLimits, metrics: MetricsSource | None = None) -> Starlette:
+    """``metrics`` reads a sandbox now, for envd's ``GET /metrics`` (502 without it)."""
     quiet_dropped_streams()
     return Starlette(
         exception_handlers={404: _no_route, 405: _no_route},
         routes=[
             Route("/health", health, methods=["GET"]),
             Route("/envs", envs, methods=["GET"]),
+            Route("/metrics", envd_metrics_endpoint(metrics), methods=["GET"]),
+            Route("/init", init, methods=["POST"]),
             Route("/files", download, methods=["GET"]),
             Route("/files", upload_endpoint(uploads), methods=["POST"]),
+            Route("/files/compose", compose, methods=["POST"]),
             Route("/{service}/{method}", rpc, methods=["POST"]),
         ],
     )

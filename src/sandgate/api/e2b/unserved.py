@@ -43,26 +43,15 @@ _TEMPLATES = (
 
 #: Control-plane endpoints (``api.<domain>``, and ``E2B_VOLUME_API_URL``'s volume content).
 CONTROL_UNSERVED: Final = (
-    Unserved("POST", "/sandboxes/{sandboxID}/refreshes", "sandbox refreshes"),
-    Unserved("GET", "/teams", "teams (Sandgate's teams are its API keys' teams)"),
-    Unserved("GET", "/teams/{teamID}/metrics", "team metrics"),
-    Unserved("GET", "/teams/{teamID}/metrics/max", "team metrics"),
     Unserved("POST", "/templates", _TEMPLATES),
     Unserved("POST", "/v2/templates", _TEMPLATES),
     Unserved("POST", "/templates/{templateID}", _TEMPLATES),
     Unserved("POST", "/templates/{templateID}/builds/{buildID}", _TEMPLATES),
 )
 
-#: envd's REST side (port 49983); its RPCs answer Connect ``unimplemented`` themselves.
-ENVD_UNSERVED: Final = (
-    Unserved(
-        "GET",
-        "/metrics",
-        "envd's own metrics (the API's GET /sandboxes/{sandboxID}/metrics is the way to ask)",
-    ),
-    Unserved("POST", "/files/compose", "composing files from parts (files.compose)"),
-    Unserved("POST", "/init", "envd /init (the gateway configures each sandbox itself)"),
-)
+#: envd's REST side (port 49983); its RPCs answer Connect ``unimplemented`` themselves. Every
+#: REST path of the pinned SDKs' envd is served now; the table stays for the next one.
+ENVD_UNSERVED: Final[tuple[Unserved, ...]] = ()
 
 
 def unserved_error(
