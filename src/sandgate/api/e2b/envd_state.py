@@ -102,7 +102,7 @@ async def init(request: Request) -> Response:
             route.sandbox_id, envs=envs, default_user=user, default_workdir=workdir
         )
     except GuestError as exc:  # GuestUnavailable included
-        if exc.code == "unauthenticated":
+        if exc.connect == "unauthenticated":
             return _error(400, f"defaultUser '{user}' does not exist in the sandbox")
         return e2b_error_response(guest_failure(exc))
     except SandgateError as exc:
