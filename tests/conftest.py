@@ -40,3 +40,13 @@ def sandbox(sandgate_server: RunningServer) -> Iterator[dict[str, Any]]:
         f"{sandgate_server.url}/sandboxes/{created['sandboxID']}",
         headers={"X-API-Key": sandgate_server.api_key},
     )
+
+
+def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
+    """With ``--dist loadscope`` (scripts/test), long parametrised modules are shared among
+    workers by runtime and client pin (tests/fixtures/scheduling.py)."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from tests.fixtures.scheduling import make_scheduler
+
+    return make_scheduler(config, log)

@@ -38,6 +38,37 @@ def runtime_e2b_env(runtime_server: RunningServer) -> dict[str, str]:
     return dict(runtime_server.env)
 
 
+#: For scenarios whose runtime part is not what they test (a template build is the same on
+#: both runtimes; only the sandbox started from it differs), each SDK pin runs on one runtime:
+#: both languages reach both runtimes, and every pin's wire requests are still sent.
+RUNTIME_OF_CLIENT = {
+    "py-e2b-2.31.0": "docker",
+    "py-e2b-2.63.0": "bwrap",
+    "js-e2b-2.31.0": "bwrap",
+    "js-e2b-2.51.0": "docker",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leaves out the other runtime of tests marked ``one_runtime_per_client``."""
+    kept, dropped = [], []
+    for item in items:
+        params = getattr(item, "callspec", None)
+        params = params.params if params is not None else {}
+        pair = params.get("client"), params.get("runtime")
+        if (
+            item.get_closest_marker("one_runtime_per_client") is not None
+            and pair[0] in RUNTIME_OF_CLIENT
+            and RUNTIME_OF_CLIENT[pair[0]] != pair[1]
+        ):
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """Attaches the tail of the server's log to a failed compat test's report."""

@@ -34,6 +34,7 @@ TEMPLATE = "compat-every-step"
 STEPS_CLIENT = "py-e2b-2.63.0"
 
 
+@pytest.mark.one_runtime_per_client
 def test_template_build_with_every_step_kind(
     client: PreparedClient, runtime_e2b_env: dict[str, str]
 ) -> None:
