@@ -25,6 +25,11 @@ CONTROL_ROUTES = [
     ("POST", "/sandboxes/abc/pause"),
     ("POST", "/sandboxes/abc/resume"),
     ("PUT", "/sandboxes/abc/network"),
+    ("POST", "/sandboxes/abc/refreshes"),
+    # teams and team metrics (api/e2b/teams.py)
+    ("GET", "/teams"),
+    ("GET", "/teams/abc/metrics"),
+    ("GET", "/teams/abc/metrics/max"),
     # metrics and logs (api/e2b/metrics.py, api/e2b/logs.py)
     ("GET", "/sandboxes/metrics"),
     ("GET", "/sandboxes/abc/metrics"),
@@ -104,6 +109,7 @@ def test_AUTH_01_the_route_list_is_complete(sandgate_server: RunningServer) -> N
     """Fails when a control-plane route is added without being listed (and so tested) above."""
     from sandgate.api.e2b import build_control_router, build_logs_router, build_metrics_router
     from sandgate.api.e2b.secrets import build_secrets_router
+    from sandgate.api.e2b.teams import build_teams_router
     from sandgate.api.e2b.volume_content import build_volume_content_app
     from sandgate.api.e2b.volumes import build_volumes_router
     from sandgate.config import SandboxLogsConfig
@@ -112,6 +118,7 @@ def test_AUTH_01_the_route_list_is_complete(sandgate_server: RunningServer) -> N
         build_control_router(None, None, "x"),  # type: ignore[arg-type]
         build_metrics_router(None, None),  # type: ignore[arg-type]
         build_logs_router(None, None, SandboxLogsConfig()),  # type: ignore[arg-type]
+        build_teams_router(None),  # type: ignore[arg-type]
     ]
     declared = {
         (m, r.path)
@@ -119,7 +126,15 @@ def test_AUTH_01_the_route_list_is_complete(sandgate_server: RunningServer) -> N
         for r in router.routes
         for m in r.methods  # type: ignore[attr-defined]
     }
-    listed = {(m, p.replace("abc", "{sandbox_id}")) for m, p in CONTROL_ROUTES}
+    listed = {
+        (
+            m,
+            p.replace("/sandboxes/abc", "/sandboxes/{sandbox_id}").replace(
+                "/teams/abc", "/teams/{team_id}"
+            ),
+        )
+        for m, p in CONTROL_ROUTES
+    }
     assert declared == listed
     team = [build_secrets_router(None, None), build_volumes_router(None, None)]  # type: ignore[arg-type]
     declared = {(m, r.path) for t in team for r in t.routes for m in r.methods}  # type: ignore[attr-defined]
