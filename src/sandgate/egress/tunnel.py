@@ -73,6 +73,8 @@ __all__ = ["EgressSocket", "Interception", "TunnelLimits"]
 log = structlog.get_logger("sandgate.egress")
 
 _HEAD_TIMEOUT_S: Final = 30.0
+#: How long a connection over the tunnel cap may take to send its request before its 429.
+_REFUSAL_READ_S: Final = 2.0
 _CHUNK: Final = 64 * 1024
 _Upstream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -173,6 +175,15 @@ class EgressSocket(SandboxListener):
             if over:
                 with contextlib.suppress(Refused):
                     self._record(None, "denied", "too_many_tunnels")
+                # The request is read (briefly) before the answer: closing a socket with
+                # unread bytes resets it, and the reset can overtake the 429 on its way.
+                with contextlib.suppress(
+                    TimeoutError,
+                    ConnectionError,
+                    asyncio.IncompleteReadError,
+                    asyncio.LimitOverrunError,
+                ):
+                    await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _REFUSAL_READ_S)
                 raise Refused(
                     429,
                     "too_many_tunnels",
