@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.egress import EgressSandbox, audit_records, kill, make_sandbox
+from tests.fixtures.egress import EgressSandbox, audit_records, kill, make_sandbox, records_once
 from tests.fixtures.server import RunningServer
 from tests.fixtures.tls_upstream import TlsUpstream, tls_upstream
 
@@ -338,11 +338,15 @@ def test_NET_17_bytes_to_allowed_hosts_are_audited(
     size = 300_000
     port = tls_upstream.port
     box.shell(f"head -c {size} /dev/urandom > /tmp/blob")
+    closed_before = len(_records(secret_server, box.id, "egress.close"))
     for host, ca in (("other.test", "--cacert /tmp/upstream-ca.pem"), ("bound.test", "")):
         sent = _curl(box, f"{ca} https://{host}:{port}/upload --data-binary @/tmp/blob")
         assert sent.exit_code == 0, sent.stderr
         assert f"received {size} bytes" in sent.stdout
-    spliced, terminated = _records(secret_server, box.id, "egress.close")[-2:]
+    closes = records_once(
+        secret_server, box.id, "egress.close", lambda rs: len(rs) >= closed_before + 2
+    )
+    spliced, terminated = closes[-2:]
     assert (spliced["host"], terminated["host"]) == ("other.test", "bound.test")
     assert spliced["bytes_up"] > size  # TLS records on the wire
     assert terminated["bytes_up"] == size  # the request body, as the proxy read it

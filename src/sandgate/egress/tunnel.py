@@ -75,6 +75,8 @@ log = structlog.get_logger("sandgate.egress")
 _HEAD_TIMEOUT_S: Final = 30.0
 #: How long a connection over the tunnel cap may take to send its request before its 429.
 _REFUSAL_READ_S: Final = 2.0
+#: How long a refusal waits for its denial records to be durable before it is answered.
+_SETTLE_S: Final = 2.0
 _CHUNK: Final = 64 * 1024
 _Upstream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -129,6 +131,8 @@ class EgressSocket(SandboxListener):
         self._limits = limits
         #: Where each open tunnel goes (canonical host, port), for ``replace``.
         self._destinations: dict[asyncio.Task[None], tuple[Host, int]] = {}
+        #: Records handed to the writer and not yet durable (``_settle``).
+        self._unsettled: set[concurrent.futures.Future[dict[str, Any]]] = set()
         super().__init__()
 
     @property
@@ -199,7 +203,10 @@ class EgressSocket(SandboxListener):
         finally:
             self._tasks.discard(task)
             self._destinations.pop(task, None)
-            writer.transport.abort()
+            try:
+                await self._settle()
+            finally:
+                writer.transport.abort()
 
     async def _tunnel(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -466,6 +473,7 @@ class EgressSocket(SandboxListener):
             closing["ended"] = str(exc)[:200]
         except Refused as refused:
             if result.status is None:  # nothing of a response was sent yet
+                await self._settle()
                 with contextlib.suppress(ConnectionError, ssl.SSLError):
                     await client.write(refused.answer())
             closing["refused"] = refused.reason
@@ -496,6 +504,7 @@ class EgressSocket(SandboxListener):
                 head = parse_head(buffered[: end + 4])
         self._record_bad(request, head, bad, event="egress.request")
         refused = Refused(400, "bad_request", bad.reason, str(bad))
+        await self._settle()
         with contextlib.suppress(ConnectionError, ssl.SSLError):
             await client.write(refused.answer())
         closing["refused"] = bad.reason
@@ -664,13 +673,29 @@ class EgressSocket(SandboxListener):
             **extra,
         }
         try:
-            return self._audit.submit(record)
+            pending = self._audit.submit(record)
         except AuditUnavailable as exc:
             log.error("egress.audit_failed", sandbox=self._sandbox, error=exc.message)
             if outcome != "closed":
                 # SECURITY: fail closed: no tunnel opens unaudited.
                 raise Refused(503, "audit_unavailable", "audit_unavailable", exc.message) from None
             return None
+        self._unsettled.add(pending)
+        pending.add_done_callback(self._unsettled.discard)
+        return pending
+
+    async def _settle(self) -> None:
+        """Waits (briefly) until this sandbox's records are durable. A refusal is answered,
+        and a connection closed, only after that, so whoever sees the refusal or the end
+        finds them in the log; a write that fails is the writer's to report."""
+        if not self._unsettled:
+            return
+        waits = [asyncio.wrap_future(pending) for pending in list(self._unsettled)]
+        for wait in waits:
+            # Never cancelled (that would withdraw the record); its outcome is read, so a
+            # failed write is not reported twice.
+            wait.add_done_callback(_observed)
+        await asyncio.wait(waits, timeout=_SETTLE_S)
 
     async def _durable(self, pending: concurrent.futures.Future[dict[str, Any]] | None) -> None:
         """Waits until a record that lets traffic through is durable; raises ``Refused``
@@ -685,9 +710,15 @@ class EgressSocket(SandboxListener):
             raise Refused(503, "audit_unavailable", "audit_unavailable", exc.message) from None
 
     async def _refuse(self, writer: asyncio.StreamWriter, refused: Refused) -> None:
+        await self._settle()
         with contextlib.suppress(ConnectionError):
             writer.write(refused.answer())
             await asyncio.wait_for(writer.drain(), 5.0)
+
+
+def _observed(wait: asyncio.Future[Any]) -> None:
+    if not wait.cancelled():
+        wait.exception()
 
 
 def _not_allowed(host: Host, port: int, reason: str) -> str:
