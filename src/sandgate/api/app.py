@@ -16,7 +16,6 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandgate.access import Principal, authenticate_api_key
-from sandgate.agents import build_runner, skills_hook, with_autonomy
 from sandgate.api.e2b import (
     UploadLimits,
     build_control_router,
@@ -41,29 +40,18 @@ from sandgate.api.v1.agents import build_agents_router
 from sandgate.api.v1.workflows import build_workflows_router
 from sandgate.approvals import ApprovalState
 from sandgate.config import Config
-from sandgate.egress import EgressHook
 from sandgate.errors import SandgateError, TemplateNotFound
 from sandgate.observability import tracing
 from sandgate.observability.edge import Edge
 from sandgate.observability.metrics import Metrics
 from sandgate.runtimes import Runtime
 from sandgate.runtimes.floors import FloorReport
-from sandgate.runtimes.select import select
 from sandgate.sandboxes.catalog import ENVD_VERSION
-from sandgate.sandboxes.wiring import build_sandbox_service, instance_id
-from sandgate.secrets import TeamSecrets
-from sandgate.store import (
-    SandboxMetricSample,
-    SecretRecords,
-    Store,
-    TemplateRecords,
-    VolumeRecords,
-)
-from sandgate.telemetry import Telemetry
+from sandgate.sandboxes.wiring import instance_id
+from sandgate.store import SandboxMetricSample, Store, TemplateRecords
 from sandgate.templates import layer_backend, prepare_template_tree, remove_stale_builds
 from sandgate.templates.builds import BuildService
-from sandgate.tools import ToolGatewayHook, build_gateway
-from sandgate.volumes import VolumeService
+from sandgate.wiring import build_services, open_home
 from sandgate.workflows.runtime import WorkflowRuntime
 
 __all__ = ["Application", "create_app"]
@@ -89,57 +77,22 @@ class Application:
         #: GET /health.
         self.floors = floors or FloorReport()
         home = config.home_dir
-        # Tool gateway: its services, its lifecycle hook and its /v1 API (the policy gets each
-        # agent's autonomy rules).
-        self.gateway = build_gateway(with_autonomy(config), store)
-        # The audit log's head is checked against its anchor before anything runs;
-        # a tampered log is reported (log, /health, doctor) and refuses every append.
-        self.gateway.audit.check_head()
-        self.gateway_hook = ToolGatewayHook(
-            self.gateway, store, list(config.agents), home / "tools" / "staging"
-        )
-        self.skills_hook = skills_hook(config)  # agent runner
-        # Team secrets and volumes: E2B's /secrets, /volumes, /volumecontent.
-        self.team_secrets = TeamSecrets(
-            SecretRecords(store),
-            home / "secrets" / "team-secrets.key",
-            max_per_team=config.limits.max_secrets_per_team,
-        )
-        self.volumes = VolumeService(
-            VolumeRecords(store),
-            images_dir=config.volumes_dir,
-            key_path=home / "volumes" / "tokens.key",
-            size_mib=config.limits.volume_mib,
-            max_per_team=config.limits.max_volumes_per_team,
-        )
-        # Egress: per-sandbox proxy socket; agents as the tool gateway decides them.
-        self.egress_hook = EgressHook(
-            config.egress,
-            self.gateway.audit,
-            lambda row: self.gateway_hook.subject(row).agent,
-            secrets=self.gateway.secrets,
-            state_dir=home / "egress",
-            team_secrets=self.team_secrets,
-        )
-        # Metrics and sandbox logs: sampled and collected in the background.
-        self.telemetry = Telemetry(
-            config.metrics,
-            config.sandbox_logs,
-            store,
-            runtime,
-            lambda sandbox_id: self.sandboxes.guest_of(sandbox_id),
-        )
-        self.sandboxes = build_sandbox_service(
-            config,
-            store,
-            runtime,
-            hooks=[self.gateway_hook, self.skills_hook, self.egress_hook],
-            audit=self._audit_sandbox_event,
-            network=self.egress_hook,
-            volumes=self.volumes,
-            observers=[self.telemetry, *self._observed(config)],
-        )
+        # The services of the home, built as the in-process CLI commands build them: the tool
+        # gateway (its audit log's head checked first), skills, team secrets, volumes,
+        # egress, telemetry, the sandbox lifecycle and the agent runner.
+        services = build_services(config, store, runtime, observers=self._observed(config))
+        self.gateway = services.gateway
+        self.gateway_hook = services.gateway_hook
+        self.skills_hook = services.skills_hook
+        self.team_secrets = services.team_secrets
+        self.volumes = services.volumes
+        self.egress_hook = services.egress_hook
+        self.telemetry = services.telemetry
+        self.sandboxes = services.sandboxes
+        self.agents = services.agents
         if self.metrics is not None:
+            self.gateway.audit.on_commit = self.metrics.audit_committed
+            self.gateway.on_call = self.metrics.tool_call
             self.sandboxes.on_create = self.metrics.sandbox_created
         # -- team templates: the E2B template API and its build jobs ------------------------
         instance = instance_id(home)
@@ -153,10 +106,6 @@ class Application:
             enabled=config.templates.team_builds,
             registered=lambda image_ref: prepare_template_tree(config, image_ref),
             cleanup=lambda: remove_stale_builds(config, instance),
-        )
-        # -- agent runner: sessions, runs, /v1/agents and /v1/runs -------------------------
-        self.agents = build_runner(
-            config, store, self.sandboxes, self.gateway, self.gateway_hook, self.skills_hook
         )
         # -- workflows: durable DAGs on DBOS, /v1/workflows and /v1/workflow-runs ----------
         self.workflows = WorkflowRuntime(
@@ -246,8 +195,8 @@ class Application:
             self.asgi = Edge(self.asgi, self.metrics)
 
     def _observed(self, config: Config) -> list[Metrics]:
-        """Builds the Prometheus metrics when ``observability.prometheus`` is on and hooks
-        them where the events are seen; the list is the lifecycle observer to add."""
+        """Builds the Prometheus metrics when ``observability.prometheus`` is on (the caller
+        hooks them where the events are seen); the list is the lifecycle observer to add."""
         self.metrics: Metrics | None = None
         if not config.observability.prometheus:
             return []
@@ -259,8 +208,6 @@ class Application:
             ),
             token=config.observability.metrics_token,
         )
-        self.gateway.audit.on_commit = metrics.audit_committed
-        self.gateway.on_call = metrics.tool_call
         return [metrics]
 
     async def _sandbox_reading(self, sandbox_id: str) -> SandboxMetricSample | None:
@@ -269,9 +216,6 @@ class Application:
         if row is None or row.state != "running":
             return None
         return await self.telemetry.sampler.current(row)
-
-    async def _audit_sandbox_event(self, record: dict[str, Any]) -> None:
-        await self.gateway.audit.write(record)
 
     async def _audit_event(self, record: dict[str, Any]) -> None:
         """An API change (a secret, a volume): written before the call answers; a failure
@@ -325,12 +269,8 @@ class Application:
 def create_app(config: Config) -> Application:
     """Opens the store (migrating it) and picks the runtime, logging its floors (accepted
     exceptions at every start); raises ``SandgateError``."""
-    home = config.home_dir
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    store = Store.open(config.store_url)
-    runtime, choice = select(config, instance_id(home))
-    log_floors(choice.floors, runtime.name, choice.reason)
-    return Application(config, store, runtime, floors=choice.floors)
+    store, runtime, floors = open_home(config)
+    return Application(config, store, runtime, floors=floors)
 
 
 def floor_health(report: FloorReport, kind: str) -> dict[str, Any]:
@@ -349,40 +289,6 @@ def floor_health(report: FloorReport, kind: str) -> dict[str, Any]:
             {"component": component, "cves": cves} for component, cves in exceptions.items()
         ],
     }
-
-
-def log_floors(report: FloorReport, kind: str, reason: str) -> None:
-    """Says at every start what the floors decided: an error when creates are refused, a
-    warning per accepted exception, and warnings for exceptions that expired or match
-    nothing."""
-    log.info("runtime.selected", runtime=kind, reason=reason)
-    refusal = report.refusal(kind)
-    if refusal is not None:
-        log.error("runtime.below_floor", runtime=kind, refused=refusal)
-    for finding in report.accepted(kind):
-        log.warning(
-            "runtime.floor_exception_accepted",
-            component=finding.component,
-            found=finding.found,
-            source=finding.fact.source,
-            cves=",".join(finding.open_cves),
-            required=finding.floor.required,
-            reason="; ".join(e.reason for e in finding.accepted_by),
-        )
-    for exception in report.expired:
-        log.warning(
-            "runtime.floor_exception_expired",
-            component=exception.component,
-            cves=",".join(exception.cves),
-            expired=str(exception.expires),
-        )
-    for exception, cve in report.unused:
-        log.warning(
-            "runtime.floor_exception_unused",
-            component=exception.component,
-            cve=cve,
-            why="no component this runtime uses is below a floor for it here; remove it",
-        )
 
 
 def _install_error_handlers(app: FastAPI) -> None:

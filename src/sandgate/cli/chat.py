@@ -1,8 +1,8 @@
 """``sandgate chat``: talk to an agent in the terminal; approvals are asked inline.
 
-Runs the agent in-process, like ``sandgate run`` (no server needed; a server on the same
-home shares the store and audit log safely). The session is kept in the store: ``--session``
-continues it later, here or over the HTTP API.
+Runs the agent in-process, like ``sandgate run`` (``sandgate.wiring``, without the HTTP app;
+no server needed; a server on the same home shares the store and audit log safely). The
+session is kept in the store: ``--session`` continues it later, here or over the HTTP API.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from sandgate.cli._render import render_event
 if TYPE_CHECKING:
     from sandgate.access import Principal
     from sandgate.agents import AgentRunner
-    from sandgate.api.app import Application
+    from sandgate.wiring import Services
 
 _QUIT = {"/exit", "/quit", "exit", "quit"}
 
@@ -41,21 +41,21 @@ def chat(
 ) -> None:
     """Chats with AGENT: each message is a run; code, tool calls and approvals are shown as
     they happen. /exit (or Ctrl-D) leaves; the session can be continued with --session."""
-    from sandgate.api.app import create_app
     from sandgate.cli._bootstrap import ensure_shipped_templates
     from sandgate.logs import configure_logging
+    from sandgate.wiring import open_services
 
     cfg = load(config)
     configure_logging("warning")  # the conversation owns the terminal
-    application = create_app(cfg)
-    ensure_shipped_templates(cfg, application.store, build=False)
-    asyncio.run(_chat(application, agent, session, team))
+    services = open_services(cfg)
+    ensure_shipped_templates(cfg, services.store, build=False)
+    asyncio.run(_chat(services, agent, session, team))
 
 
-async def _chat(application: Application, agent_id: str, session_id: str | None, team: str) -> None:
-    runner = application.agents
-    await application.gateway.registry.load_mcp(application.gateway.secrets)
-    principal = local_principal(application.store, team, "cli")
+async def _chat(services: Services, agent_id: str, session_id: str | None, team: str) -> None:
+    runner = services.agents
+    await services.gateway.registry.load_mcp(services.gateway.secrets)
+    principal = local_principal(services.store, team, "cli")
     agent = runner.agent(agent_id)
     if session_id is None:
         # A session of its own: the sandbox (and its Python variables) lasts the conversation.
@@ -80,12 +80,9 @@ async def _chat(application: Application, agent_id: str, session_id: str | None,
             console.print(f"[dim]session {session_id}: continue with --session {session_id}[/]")
             row = runner.session(principal, session_id)
             if row.sandbox_id:
-                await application.sandboxes.kill_any(row.sandbox_id)
+                await services.sandboxes.kill_any(row.sandbox_id)
         await runner.stop()
-        await application.gateway.registry.close()
-        await asyncio.to_thread(application.gateway.approvals.close)
-        await asyncio.to_thread(application.gateway.audit.close)  # every record written first
-        application.store.close()
+        await services.close()  # every audit record written first
 
 
 async def _one_run(

@@ -1,4 +1,5 @@
-"""``sandgate mcp``: an MCP server on stdio for MCP hosts (Claude Desktop, Cursor, …)."""
+"""``sandgate mcp``: an MCP server on stdio for MCP hosts (Claude Desktop, Cursor, …). Builds
+the services in-process (``sandgate.wiring``), without the HTTP app."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from sandgate.cli._common import (
 )
 
 if TYPE_CHECKING:
-    from sandgate.api.app import Application
+    from sandgate.wiring import Services
 
 
 @friendly_errors
@@ -30,37 +31,34 @@ def mcp(
 ) -> None:
     """Serves sandboxes and the allowed tools over MCP on stdin/stdout. Add it to an MCP
     host as the command `sandgate mcp --agent ID`."""
-    from sandgate.api.app import create_app
     from sandgate.cli._bootstrap import ensure_shipped_templates
     from sandgate.logs import configure_logging
+    from sandgate.wiring import open_services
 
     cfg = load(config)
     configure_logging("warning")  # stdout carries the protocol; logs go to stderr
-    application = create_app(cfg)
-    ensure_shipped_templates(cfg, application.store, build=False)
-    asyncio.run(_serve(application, agent, team))
+    services = open_services(cfg)
+    ensure_shipped_templates(cfg, services.store, build=False)
+    asyncio.run(_serve(services, agent, team))
 
 
-async def _serve(application: Application, agent: str | None, team: str) -> None:
+async def _serve(services: Services, agent: str | None, team: str) -> None:
     from mcp.server.stdio import stdio_server
 
     from sandgate.api.mcp import McpCaller, build_mcp_server
 
-    await application.gateway.registry.load_mcp(application.gateway.secrets)
-    principal = local_principal(application.store, team, "mcp")
+    await services.gateway.registry.load_mcp(services.gateway.secrets)
+    principal = local_principal(services.store, team, "mcp")
     caller = McpCaller(principal, agent)
-    server = build_mcp_server(application.sandboxes, application.gateway, lambda _: caller)
+    server = build_mcp_server(services.sandboxes, services.gateway, lambda _: caller)
     created: list[str] = []
     try:
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
     finally:
-        for row in application.store.live_sandboxes():
+        for row in services.store.live_sandboxes():
             if row.api_key_id == "mcp" and row.team_id == principal.team_id:
                 created.append(row.id)
         for sandbox_id in created:
-            await application.sandboxes.kill_any(sandbox_id)
-        await application.gateway.registry.close()
-        await asyncio.to_thread(application.gateway.approvals.close)
-        await asyncio.to_thread(application.gateway.audit.close)  # every record written first
-        application.store.close()
+            await services.sandboxes.kill_any(sandbox_id)
+        await services.close()  # every audit record written first

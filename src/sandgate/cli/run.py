@@ -1,6 +1,6 @@
 """``sandgate run``: run one script in a fresh sandbox as an agent, then summarise its tool
-calls. Builds the services in-process (no server needed; if one runs on the same home, the
-audit log and the store are shared safely)."""
+calls. Builds the services in-process (``sandgate.wiring``, without the HTTP app; no server
+needed; if one runs on the same home, the audit log and the store are shared safely)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from sandgate.cli._common import (
 from sandgate.errors import InvalidRequest, SandboxUnavailable
 
 if TYPE_CHECKING:
-    from sandgate.api.app import Application
+    from sandgate.wiring import Services
 
 _INTERPRETERS = {".py": ["python3", "-u"], ".js": ["node"], ".sh": ["bash"]}
 
@@ -41,24 +41,24 @@ def run(
     """Runs SCRIPT in a fresh sandbox as AGENT, streams its output, and prints a summary of the
     tool calls it made. Exits with the script's exit code. The sandbox belongs to TEAM, so the
     team's API keys can decide its approvals over HTTP too."""
-    from sandgate.api.app import create_app
     from sandgate.cli._bootstrap import ensure_shipped_templates
+    from sandgate.wiring import open_services
 
     interpreter = _INTERPRETERS.get(script.suffix)
     if interpreter is None:
         raise InvalidRequest(f"cannot run {script.name}: use a .py, .js or .sh file")
     cfg = load(config)
-    application = create_app(cfg)
-    ensure_shipped_templates(cfg, application.store, build=False)
+    services = open_services(cfg)
+    ensure_shipped_templates(cfg, services.store, build=False)
     source = script.read_bytes()
     code = asyncio.run(
-        _run(application, script.name, source, interpreter, agent, template, timeout, team)
+        _run(services, script.name, source, interpreter, agent, template, timeout, team)
     )
     raise typer.Exit(code)
 
 
 async def _run(
-    application: Application,
+    services: Services,
     name: str,
     source: bytes,
     interpreter: list[str],
@@ -71,8 +71,8 @@ async def _run(
     from sandgate.sandboxes import CreateRequest
     from sandgate.tools import AGENT_METADATA_KEY
 
-    store, sandboxes = application.store, application.sandboxes
-    await application.gateway.registry.load_mcp(application.gateway.secrets)
+    store, sandboxes = services.store, services.sandboxes
+    await services.gateway.registry.load_mcp(services.gateway.secrets)
     principal = local_principal(store, team, "cli")
     sandbox = await sandboxes.create(
         principal,
@@ -113,16 +113,13 @@ async def _run(
         raise SandboxUnavailable(f"running the script failed: {exc.message}") from None
     finally:
         await sandboxes.kill_any(sandbox.id)
-    _summary(application, sandbox.id)
-    await application.gateway.registry.close()
-    await asyncio.to_thread(application.gateway.approvals.close)
-    await asyncio.to_thread(application.gateway.audit.close)  # every record written first
-    application.store.close()
+    _summary(services, sandbox.id)
+    await services.close()  # every audit record written first
     return exit_code
 
 
-def _summary(application: Application, sandbox_id: str) -> None:
-    rows = application.store.audit_entries(sandbox_id=sandbox_id, limit=100_000)
+def _summary(services: Services, sandbox_id: str) -> None:
+    rows = services.store.audit_entries(sandbox_id=sandbox_id, limit=100_000)
     calls = Counter(
         (row.tool, row.action or "", row.outcome) for row in rows if row.event == "tool.call"
     )

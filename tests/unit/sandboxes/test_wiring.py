@@ -35,11 +35,14 @@ def test_the_sandbox_wiring_imports_nothing_of_the_server() -> None:
 
 
 def test_serve_and_the_cli_build_the_service_the_same_way() -> None:
-    """The composition root builds its SandboxService through the same function (one place
-    decides the instance id and the guest zipapp)."""
+    """The services' wiring (used by serve and the in-process CLI commands) builds its
+    SandboxService through the same function (one place decides the instance id and the
+    guest zipapp), and the composition root builds none itself."""
     import sandgate
 
-    source = (Path(sandgate.__file__).parent / "api" / "app.py").read_text()
-    assert "build_sandbox_service(" in source
-    assert "SandboxService(" not in source.replace("build_sandbox_service(", "")
-    assert "def instance_id" not in source
+    root = Path(sandgate.__file__).parent
+    services = (root / "wiring.py").read_text()
+    assert "build_sandbox_service(" in services
+    for source in (services, (root / "api" / "app.py").read_text()):
+        assert "SandboxService(" not in source.replace("build_sandbox_service(", "")
+        assert "def instance_id" not in source

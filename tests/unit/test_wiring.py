@@ -1,0 +1,71 @@
+"""The services of a home are wired in one place (``sandgate.wiring``): the server's composition
+root and the in-process CLI commands (``run``, ``chat``, ``mcp``) build them through it, and
+those commands do so without importing the HTTP app, template builds or workflows."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import sandgate
+
+_ROOT = Path(sandgate.__file__).parent
+
+#: What only ``sandgate serve`` adds around the services.
+_SERVER_ONLY = (
+    "sandgate.api",
+    "sandgate.templates",
+    "sandgate.workflows.engine",
+    "sandgate.workflows.runtime",
+    "sandgate.workflows.service",
+    "sandgate.observability.metrics",
+    "fastapi",
+    "dbos",
+    "prometheus_client",
+)
+
+#: Constructors of the services ``sandgate.wiring`` assembles; nobody else calls them.
+_ASSEMBLED = (
+    "build_gateway(",
+    "ToolGatewayHook(",
+    "TeamSecrets(",
+    "VolumeService(",
+    "EgressHook(",
+    "Telemetry(",
+    "build_sandbox_service(",
+    "build_runner(",
+)
+
+
+def test_the_services_wiring_imports_nothing_only_the_server_needs() -> None:
+    code = (
+        "import json, sys\n"
+        "import sandgate.wiring\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.startswith({_SERVER_ONLY!r}))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(out) == []
+
+
+def test_in_process_commands_use_the_wiring_not_the_http_app() -> None:
+    for command in ("run", "chat", "mcp"):
+        source = (_ROOT / "cli" / f"{command}.py").read_text()
+        assert "open_services(" in source, command
+        assert "sandgate.api.app" not in source, command
+        assert "create_app" not in source, command
+
+
+def test_each_service_is_assembled_in_one_place() -> None:
+    """Serve's composition root gets the services from ``build_services`` and constructs none
+    of them itself, so a hook or an observer added there reaches the CLI commands too."""
+    wiring = (_ROOT / "wiring.py").read_text()
+    app = (_ROOT / "api" / "app.py").read_text()
+    assert "build_services(" in app
+    for constructor in _ASSEMBLED:
+        assert constructor in wiring, constructor
+        assert not re.search(rf"(?<![\w.]){re.escape(constructor)}", app), constructor
