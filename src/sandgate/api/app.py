@@ -32,6 +32,7 @@ from sandgate.api.e2b.unserved import CONTROL_UNSERVED, unserved_error
 from sandgate.api.e2b.volume_content import build_volume_content_app, with_volume_content
 from sandgate.api.e2b.volumes import build_volumes_router
 from sandgate.api.errors import e2b_error, e2b_error_response
+from sandgate.api.identity import build_identity_router
 from sandgate.api.mcp import MCP_PATH, McpHttp
 from sandgate.api.ports import PortProxy
 from sandgate.api.routing import Router
@@ -43,6 +44,7 @@ from sandgate.approvals import ApprovalState
 from sandgate.config import Config
 from sandgate.egress import EgressHook
 from sandgate.errors import SandgateError, TemplateNotFound
+from sandgate.identity import Issuer
 from sandgate.observability import tracing
 from sandgate.observability.edge import Edge
 from sandgate.observability.metrics import Metrics
@@ -112,6 +114,8 @@ class Application:
             size_mib=config.limits.volume_mib,
             max_per_team=config.limits.max_volumes_per_team,
         )
+        # Workload identity: the issuer of E2B's iam tokens (<home>/identity).
+        self.identity = Issuer.from_config(config)
         # Egress: per-sandbox proxy socket; agents as the tool gateway decides them.
         self.egress_hook = EgressHook(
             config.egress,
@@ -120,6 +124,7 @@ class Application:
             secrets=self.gateway.secrets,
             state_dir=home / "egress",
             team_secrets=self.team_secrets,
+            identity=self.identity,
         )
         # Metrics and sandbox logs: sampled and collected in the background.
         self.telemetry = Telemetry(
@@ -204,6 +209,7 @@ class Application:
             )
         )
         control.include_router(build_secrets_router(self.team_secrets, self._audit_event))
+        control.include_router(build_identity_router(self.identity))  # unauthenticated
         control.include_router(build_volumes_router(self.volumes, self._audit_event))
         control.include_router(build_v1_router(self.gateway, store))
         control.include_router(build_agents_router(self.agents, store))  # agent runner
