@@ -24,6 +24,7 @@ import structlog
 from sandgate.agents import AgentRunner, SkillsHook, build_runner, skills_hook, with_autonomy
 from sandgate.config import Config
 from sandgate.egress import EgressHook
+from sandgate.identity import Issuer
 from sandgate.runtimes import Runtime
 from sandgate.runtimes.floors import FloorReport
 from sandgate.runtimes.select import select
@@ -56,6 +57,8 @@ class Services:
     skills_hook: SkillsHook
     team_secrets: TeamSecrets
     volumes: VolumeService
+    #: Workload identity: the issuer of E2B's iam tokens (``<home>/identity``).
+    identity: Issuer
     #: The per-sandbox egress proxy; agents as the tool gateway decides them.
     egress_hook: EgressHook
     #: Sandbox metrics and logs (a lifecycle observer; sampled once started).
@@ -103,6 +106,7 @@ def build_services(
         size_mib=config.limits.volume_mib,
         max_per_team=config.limits.max_volumes_per_team,
     )
+    identity = Issuer.from_config(config)
     egress = EgressHook(
         config.egress,
         gateway.audit,
@@ -110,6 +114,7 @@ def build_services(
         secrets=gateway.secrets,
         state_dir=home / "egress",
         team_secrets=team_secrets,
+        identity=identity,
     )
     telemetry = Telemetry(
         config.metrics,
@@ -141,6 +146,7 @@ def build_services(
         skills_hook=skills,
         team_secrets=team_secrets,
         volumes=volumes,
+        identity=identity,
         egress_hook=egress,
         telemetry=telemetry,
         sandboxes=sandboxes,

@@ -31,6 +31,7 @@ from sandgate.api.e2b.unserved import CONTROL_UNSERVED, unserved_error
 from sandgate.api.e2b.volume_content import build_volume_content_app, with_volume_content
 from sandgate.api.e2b.volumes import build_volumes_router
 from sandgate.api.errors import e2b_error, e2b_error_response
+from sandgate.api.identity import build_identity_router
 from sandgate.api.mcp import MCP_PATH, McpHttp
 from sandgate.api.ports import PortProxy
 from sandgate.api.routing import Router
@@ -86,6 +87,7 @@ class Application:
         self.skills_hook = services.skills_hook
         self.team_secrets = services.team_secrets
         self.volumes = services.volumes
+        self.identity = services.identity
         self.egress_hook = services.egress_hook
         self.telemetry = services.telemetry
         self.sandboxes = services.sandboxes
@@ -153,6 +155,7 @@ class Application:
             )
         )
         control.include_router(build_secrets_router(self.team_secrets, self._audit_event))
+        control.include_router(build_identity_router(self.identity))  # unauthenticated
         control.include_router(build_volumes_router(self.volumes, self._audit_event))
         control.include_router(build_v1_router(self.gateway, store))
         control.include_router(build_agents_router(self.agents, store))  # agent runner

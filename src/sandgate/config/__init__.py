@@ -26,6 +26,7 @@ from sandgate.config._gateway import (
     TimeWindow,
     ToolConfig,
 )
+from sandgate.config._identity import IdentityConfig
 from sandgate.config._load import load_config
 from sandgate.config._model import (
     Config,
@@ -62,6 +63,7 @@ __all__ = [
     "FloorComponent",
     "FloorException",
     "HttpTool",
+    "IdentityConfig",
     "LimitsConfig",
     "LoggingConfig",
     "McpTool",

@@ -30,6 +30,7 @@ from sandgate.config._gateway import (
     ToolConfig,
     check_gateway_references,
 )
+from sandgate.config._identity import IdentityConfig
 from sandgate.config._telemetry import MetricsConfig, ObservabilityConfig, SandboxLogsConfig
 from sandgate.config._workflows import WorkflowsConfig, check_workflow_references
 
@@ -268,6 +269,8 @@ class Config(_Section):
     skills: SkillsConfig = SkillsConfig()
     # Sandbox egress (config/_egress.py): nothing is reachable unless listed.
     egress: EgressConfig = EgressConfig()
+    # Workload identity (config/_identity.py): E2B's iam tokens.
+    identity: IdentityConfig = IdentityConfig()
     # Workflows (config/_workflows.py): durable DAGs of steps.
     workflows: WorkflowsConfig = WorkflowsConfig()
     # E2B metrics and sandbox logs (config/_telemetry.py).

@@ -2,7 +2,8 @@
 
 On attach: build the sandbox's policy from the config and its store row (template, agent,
 ``allow_internet_access``, ``network``), bind its secrets (placeholders from ``egress.secrets``
-and the header rules of ``network.rules`` with the team's secrets; for those the CA files
+and the header rules of ``network.rules`` with the team's secrets and the identity tokens its
+create call registered in ``iam``, minted by ``sandgate.identity``; for those the CA files
 ``/run/sandgate/egress-ca.pem`` and ``/run/sandgate/ca-certificates.crt``: the gateway's
 trusted roots plus the CA), serve its ``egress.sock``, audit the policy, and return the
 variables for its processes (proxy, placeholders, CA bundle). On ``update_network`` (E2B's
@@ -40,6 +41,7 @@ from sandgate.egress.transforms import HeaderTransforms, SecretResolver, secret_
 from sandgate.egress.tunnel import EgressSocket, Interception, TunnelLimits
 from sandgate.errors import InvalidRequest, SandboxUnavailable
 from sandgate.guest.protocol import EGRESS_PROXY_PORT
+from sandgate.identity import Issuer, identity_names, registered_tokens
 from sandgate.runtimes.base import GUEST_DIR_IN_SANDBOX
 from sandgate.sandboxes.publish import publish_file
 from sandgate.secrets import SecretStore
@@ -74,18 +76,20 @@ class EgressHook:
         secrets: SecretStore | None = None,
         state_dir: Path | None = None,
         team_secrets: TeamSecrets | None = None,
+        identity: Issuer | None = None,
     ) -> None:
         """``agent_of`` names the declared agent a sandbox acts as (the tool gateway decides,
         with its team checks), or None. ``secrets`` and ``state_dir`` (where the CA and the
         placeholder key live) are needed when ``config.secrets`` binds any; ``team_secrets``
-        (with ``state_dir``) when sandboxes may use ``network.rules``. Raises ``InvalidHost``
-        for a bad configured rule."""
+        (with ``state_dir``) when sandboxes may use ``network.rules``; ``identity`` when those
+        may use workload identity tokens. Raises ``InvalidHost`` for a bad configured rule."""
         validate_rules(config)
         if config.secrets and (secrets is None or state_dir is None):
             raise ValueError("egress.secrets needs the secret store and a state directory")
         if team_secrets is not None and state_dir is None:
             raise ValueError("network.rules need a state directory for the CA")
         self._team_secrets = team_secrets
+        self._identity = identity
         self._secret_store = secrets
         self._state_dir = state_dir
         self._config = config
@@ -125,9 +129,11 @@ class EgressHook:
 
     def check_network(self, sandbox: Sandbox) -> EgressPolicy:
         """The policy ``sandbox``'s row asks for, refused with ``InvalidRequest`` when it asks
-        for egress the operator does not permit or names team secrets that do not exist."""
+        for egress the operator does not permit or names team secrets that do not exist or
+        identity tokens its create call did not register."""
         policy = self._policy(sandbox, strict=True)
         self._check_rule_secrets(sandbox)
+        self._check_rule_tokens(sandbox)
         return policy
 
     def _policy(self, sandbox: Sandbox, *, strict: bool) -> EgressPolicy:
@@ -153,6 +159,22 @@ class EgressHook:
                 "create it first (Secret.create / POST /secrets)"
             )
 
+    def _check_rule_tokens(self, sandbox: Sandbox) -> None:
+        rules = (sandbox.network or {}).get("rules") or {}
+        wanted = identity_names(rules)
+        if not wanted:
+            return
+        if self._identity is None:
+            raise InvalidRequest("workload identity tokens are not supported by this server")
+        registered = registered_tokens(sandbox.network)
+        missing = [name for name in wanted if name not in registered]
+        if missing:
+            known = ", ".join(f"'{name}'" for name in registered) or "none"
+            raise InvalidRequest(
+                f"network.rules refer to identity token '{missing[0]}', which the sandbox's "
+                f"create call did not register in iam.tokens (registered: {known})"
+            )
+
     async def attach(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
         """Raises ``InvalidRequest`` when the create call asks for egress the operator does
         not permit, or names missing team secrets (a new sandbox only; an adopted one drops
@@ -162,6 +184,7 @@ class EgressHook:
         policy = self._policy(sandbox, strict=strict)
         if strict:
             self._check_rule_secrets(sandbox)
+            self._check_rule_tokens(sandbox)
         interception = self._interception(sandbox, agent, host_dir)
         previous = self._sockets.pop(sandbox.id, None)
         if previous is not None:
@@ -256,10 +279,16 @@ class EgressHook:
         rules = (sandbox.network or {}).get("rules") or {}
         if not rules or self._team_secrets is None:
             return None
+        registered = registered_tokens(sandbox.network)
         transforms = HeaderTransforms(
             rules,
             _team_resolver(self._team_secrets, sandbox.team_id),
             self._config.transform_ports,
+            identity=(
+                self._identity.for_sandbox(sandbox.id, sandbox.team_id, registered)
+                if self._identity is not None and registered
+                else None
+            ),
         )
         return transforms or None
 
@@ -281,6 +310,8 @@ class EgressHook:
         server = self._sockets.pop(sandbox_id, None)
         if server is not None:
             await server.close()
+        if self._identity is not None:
+            self._identity.forget(sandbox_id)
 
 
 def _ca_env() -> dict[str, str]:

@@ -158,9 +158,11 @@ class SandboxSecrets:
 
     @property
     def names(self) -> list[str]:
-        """Operator secrets bound by placeholder, then team secrets named by header rules."""
+        """Operator secrets bound by placeholder, then team secrets named by header rules,
+        then the identity tokens those use (``${e2b.identity.tokens.<name>}``)."""
         team = self._transforms.secret_names if self._transforms is not None else []
-        return sorted({b.secret for b in self._bound}) + team
+        tokens = self._transforms.token_names if self._transforms is not None else []
+        return sorted({b.secret for b in self._bound}) + team + tokens
 
     def intercepts(self, host: Host, port: int) -> bool:
         """True if requests to ``host:port`` may carry a secret, so TLS must be terminated."""

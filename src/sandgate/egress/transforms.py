@@ -1,5 +1,7 @@
 """E2B's ``network.rules``: headers the proxy sets on a sandbox's HTTPS requests to some hosts,
-where team secrets (``${e2b.secrets.<name>}``) become their values.
+where team secrets (``${e2b.secrets.<name>}``) become their values and workload identity
+tokens the create call registered (``${e2b.identity.tokens.<name>}``, ``sandgate.identity``)
+become freshly minted JWT-SVIDs.
 
 A rule set maps a host to rules, each ``{"transform": {"headers": {name: value}}}``::
 
@@ -14,9 +16,9 @@ Trust: the rules come from API callers (trusted with their team's secrets); what
 comes from the sandbox (hostile). Enforced here and by the tunnel: a rule applies only to the
 canonical host the proxy dialled and verified over TLS, on ``egress.transform_ports`` (443),
 never to plain HTTP, so a secret is never sent in the clear or to another host; a placeholder
-becomes a value only in the headers a rule names, never in the URL or body; values are masked
-in everything flowing back (``Scrubber``). Keys must be names: an address or CIDR cannot be
-verified by a certificate, so a rule for one is refused.
+becomes a value only in the headers a rule names, never in the URL or body; values (and
+identity tokens) are masked in everything flowing back (``Scrubber``). Keys must be names: an
+address or CIDR cannot be verified by a certificate, so a rule for one is refused.
 """
 
 from __future__ import annotations
@@ -30,9 +32,16 @@ from sandgate.config._egress import HEADER_NAME, UNSUBSTITUTABLE_HEADERS
 from sandgate.egress.names import Host, InvalidHost, canonical_host
 from sandgate.egress.placeholders import SecretUnavailable
 from sandgate.errors import InvalidRequest
+from sandgate.identity import IDENTITY_REFERENCE, SandboxTokens, identity_names
 from sandgate.secrets.team import SECRET_REFERENCE, canonical_secret_name
 
-__all__ = ["HeaderTransforms", "SecretResolver", "parse_rules", "secret_names"]
+__all__ = [
+    "HeaderTransforms",
+    "SecretResolver",
+    "identity_reference",
+    "parse_rules",
+    "secret_names",
+]
 
 _MAX_HOSTS: Final = 64
 _MAX_RULES: Final = 16
@@ -40,6 +49,9 @@ _MAX_HEADERS: Final = 32
 _MAX_VALUE: Final = 8 * 1024
 _E2B_REFERENCE: Final = "${e2b."
 _NOT_IN_HEADER: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+#: Either placeholder, so a value is rendered in one pass (a secret's value is never read
+#: as a placeholder itself).
+_REFERENCE: Final = re.compile(r"\$\{e2b\.(secrets|identity\.tokens)\.([^}]*)\}")
 
 #: Resolves a secret name to its value; raises ``SecretUnavailable`` (``placeholders``).
 SecretResolver = Callable[[str], str]
@@ -132,16 +144,17 @@ def _check_header(name: Any, value: Any, where: str) -> None:
         raise InvalidRequest(f"{where}['{name}'] must be a string of at most {_MAX_VALUE} bytes")
     if _NOT_IN_HEADER.search(value):
         raise InvalidRequest(f"{where}['{name}'] cannot contain line breaks or control characters")
-    rest = SECRET_REFERENCE.sub("", value)
+    if any(not token for token in IDENTITY_REFERENCE.findall(value)):
+        raise InvalidRequest(
+            f"{where}['{name}'] has an identity placeholder without a token name; write "
+            "${e2b.identity.tokens.<name>} with a name the create call's iam registers"
+        )
+    rest = IDENTITY_REFERENCE.sub("", SECRET_REFERENCE.sub("", value))
     if _E2B_REFERENCE in rest:
-        if "${e2b.identity." in rest:
-            raise InvalidRequest(
-                f"{where}['{name}']: workload identity tokens (${{e2b.identity...}}) are not "
-                "supported by this server; use a secret (${e2b.secrets.<name>})"
-            )
         raise InvalidRequest(
             f"{where}['{name}'] has a '${{e2b.' placeholder this server does not know; "
-            "write secrets as ${e2b.secrets.<name>}"
+            "write secrets as ${e2b.secrets.<name>} and identity tokens as "
+            "${e2b.identity.tokens.<name>}"
         )
 
 
@@ -149,6 +162,12 @@ def _headers(rule: Mapping[str, Any]) -> dict[str, str]:
     transform = rule.get("transform") or {}
     headers = transform.get("headers") or {}
     return dict(headers)
+
+
+def identity_reference(name: str) -> str:
+    """How an identity token is named where secrets are named by name (audit records): its
+    placeholder, which no secret name can be (names hold no braces)."""
+    return "${e2b.identity.tokens." + name + "}"
 
 
 @dataclass(frozen=True)
@@ -160,19 +179,23 @@ class _HostRules:
 
 class HeaderTransforms:
     """One sandbox's compiled ``network.rules``; secret values are resolved at each use, so a
-    rotated secret takes effect on the next request and a deleted one stops working."""
+    rotated secret takes effect on the next request and a deleted one stops working; identity
+    tokens come from ``identity`` (the sandbox's registered tokens), minted as they expire."""
 
     def __init__(
         self,
         rules: Mapping[str, Sequence[Mapping[str, Any]]],
         resolve: SecretResolver,
         ports: Iterable[int],
+        identity: SandboxTokens | None = None,
     ) -> None:
         self._exact: dict[str, _HostRules] = {}
         self._wildcards: list[tuple[str, _HostRules]] = []
         self._resolve = resolve
+        self._identity = identity
         self._ports = frozenset(ports)
         self._names = sorted(secret_names(rules))
+        self._tokens = [identity_reference(name) for name in identity_names(rules)]
         for key, host_rules in rules.items():
             merged: dict[bytes, tuple[bytes, str]] = {}
             for rule in host_rules:
@@ -192,6 +215,11 @@ class HeaderTransforms:
     @property
     def secret_names(self) -> list[str]:
         return self._names
+
+    @property
+    def token_names(self) -> list[str]:
+        """The identity tokens the rules use, named as ``identity_reference`` names them."""
+        return self._tokens
 
     def _match(self, host: Host) -> _HostRules | None:
         if not isinstance(host, str):
@@ -213,7 +241,8 @@ class HeaderTransforms:
         self, headers: Sequence[tuple[bytes, bytes]], host: Host, port: int
     ) -> tuple[list[tuple[bytes, bytes]], list[str]]:
         """``headers`` with the matching rules' headers set (same-name ones replaced) and the
-        names of the secrets used. Raises ``SecretUnavailable``."""
+        names of the secrets used (identity tokens as ``identity_reference``). Raises
+        ``SecretUnavailable``."""
         rules = self._match(host) if port in self._ports else None
         if rules is None or not rules.headers:
             return list(headers), []
@@ -225,20 +254,39 @@ class HeaderTransforms:
         return out, used
 
     def values(self) -> list[bytes]:
-        """Every secret value the rules refer to that resolves now (for scrubbing)."""
+        """Every secret value the rules refer to that resolves now, and every unexpired
+        identity token minted for the sandbox (for scrubbing)."""
         found = []
         for name in self._names:
             try:
                 found.append(self._resolve(name).encode())
             except SecretUnavailable:
                 continue
+        if self._identity is not None:
+            found += self._identity.values()
         return found
 
     def _render(self, template: str, used: list[str]) -> bytes:
         def value(match: Any) -> str:
-            name = str(match.group(1))
-            if name not in used:
-                used.append(name)
-            return self._resolve(name)
+            kind, name = str(match.group(1)), str(match.group(2))
+            if kind == "secrets":
+                if name not in used:
+                    used.append(name)
+                return self._resolve(name)
+            if identity_reference(name) not in used:
+                used.append(identity_reference(name))
+            return self._token(name)
 
-        return SECRET_REFERENCE.sub(value, template).encode()
+        return _REFERENCE.sub(value, template).encode()
+
+    def _token(self, name: str) -> str:
+        # SECURITY: only names the create call registered mint a token (the create and
+        # update checks refuse others; this refuses them again at use).
+        try:
+            if self._identity is None:
+                raise KeyError(name)
+            return self._identity.token(name)
+        except KeyError:
+            raise SecretUnavailable(
+                f"identity token '{name}' is not registered for this sandbox"
+            ) from None

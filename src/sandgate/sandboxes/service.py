@@ -900,8 +900,9 @@ class SandboxService:
     ) -> Sandbox:
         """Replaces a running sandbox's egress options (E2B's ``update_network``: ``network``
         holds ``allow_out``, ``deny_out`` and ``rules``, each empty when the call omitted it;
-        ``allow_public_traffic`` is not egress and stays). The new policy applies to new
-        connections at once and cuts open ones it refuses; audited by the egress hook.
+        ``allow_public_traffic`` is not egress and stays, as does the ``iam`` registration).
+        The new policy applies to new connections at once and cuts open ones it refuses;
+        audited by the egress hook.
 
         Raises ``SandboxNotFound``, ``Conflict`` (the sandbox is paused or still starting:
         resume it first), ``InvalidRequest`` (more than ``egress.api_allow_out`` permits, or a
@@ -915,7 +916,10 @@ class SandboxService:
                     f"cannot update the network of sandbox {sandbox_id}: it is {row.state}; "
                     "connect to it (resume) first"
                 )
-            kept = {k: v for k, v in (row.network or {}).items() if k == "allow_public_traffic"}
+            # The iam registration is the create call's: update rules may use its names.
+            kept = {
+                k: v for k, v in (row.network or {}).items() if k in ("allow_public_traffic", "iam")
+            }
             # The row is detached: these assignments change nothing stored until update below.
             row.network = {**kept, **network}
             row.allow_internet_access = allow_internet_access

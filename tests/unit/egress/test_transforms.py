@@ -1,14 +1,18 @@
 """E2B ``network.rules``: parsing (what an API caller may ask for), matching (E2B's exact >
-longest wildcard rule) and header rendering with team secrets, alone and inside
-``SandboxSecrets`` (the proxy's one view of a sandbox's secrets)."""
+longest wildcard rule) and header rendering with team secrets and workload identity tokens,
+alone and inside ``SandboxSecrets`` (the proxy's one view of a sandbox's secrets)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import jwt
 import pytest
 
 from sandgate.egress.placeholders import SandboxSecrets, SecretUnavailable
 from sandgate.egress.transforms import HeaderTransforms, parse_rules, secret_names
 from sandgate.errors import InvalidRequest
+from sandgate.identity import Issuer
 
 VALUES = {"oai": "sk-OAI-value", "gh": "ghp-value"}
 
@@ -58,7 +62,8 @@ def test_parse_rules_canonicalises_hosts_and_secret_names() -> None:
         ({"a.test": _rule(**{"Bad Name": "x"})}, "header name"),
         ({"a.test": _rule(A="x\r\nB: y")}, "line breaks"),
         ({"a.test": _rule(A="x\x01y")}, "control characters"),
-        ({"a.test": _rule(A="${e2b.identity.tokens.aws}")}, "identity"),
+        ({"a.test": _rule(A="${e2b.identity.tokens.}")}, "without a token name"),
+        ({"a.test": _rule(A="${e2b.identity.aws}")}, "does not know"),
         ({"a.test": _rule(A="${e2b.other}")}, "does not know"),
         ({"a.test": _rule(A="${e2b.secrets.sec_x}")}, "reserved"),
         ({"a.test": _rule(A="${e2b.secrets.}")}, "not usable"),
@@ -152,3 +157,65 @@ def test_sandbox_secrets_carry_rules_next_to_placeholders() -> None:
     scrubber = secrets.scrubber()
     assert scrubber.scrub(b"echo sk-OAI-value") == b"echo " + b"*" * len("sk-OAI-value")
     assert not SandboxSecrets((), None, None)
+
+
+def _identity_transforms(
+    tmp_path: Path, rules: dict[str, object]
+) -> tuple[HeaderTransforms, Issuer]:
+    issuer = Issuer("https://api.test", "test", tmp_path)
+    tokens = issuer.for_sandbox("sbx1", "team", {"aws": "sts.amazonaws.com"})
+    return HeaderTransforms(parse_rules(rules), _resolve, [443], identity=tokens), issuer
+
+
+def test_identity_placeholders_become_tokens_for_their_registered_audience(
+    tmp_path: Path,
+) -> None:
+    rules = {
+        "api.test": _rule(
+            Authorization="Bearer ${e2b.identity.tokens.aws}", **{"X-Key": "${e2b.secrets.oai}"}
+        )
+    }
+    transforms, issuer = _identity_transforms(tmp_path, rules)
+    assert transforms.token_names == ["${e2b.identity.tokens.aws}"]
+    headers, used = transforms.apply([], "api.test", 443)
+    token = dict(headers)[b"Authorization"].removeprefix(b"Bearer ").decode()
+    claims = jwt.decode(
+        token,
+        jwt.PyJWKSet.from_dict(issuer.jwks()).keys[0],
+        algorithms=["ES256"],
+        audience="sts.amazonaws.com",
+    )
+    assert claims["sub"] == "spiffe://test/team/team/sandbox/sbx1"
+    assert used == ["${e2b.identity.tokens.aws}", "oai"]
+    assert sorted(transforms.values()) == sorted([b"sk-OAI-value", token.encode()])
+    secrets = SandboxSecrets((), None, transforms)
+    assert secrets.names == ["oai", "${e2b.identity.tokens.aws}"]
+    assert secrets.scrubber().scrub(token.encode() + b"!") == b"*" * len(token) + b"!"
+    # Never in the clear or to another host.
+    assert transforms.apply([], "api.test", 80) == ([], [])
+    assert transforms.apply([], "other.test", 443) == ([], [])
+
+
+def test_an_unregistered_token_fails_the_request_and_values_are_not_placeholders(
+    tmp_path: Path,
+) -> None:
+    transforms, _ = _identity_transforms(
+        tmp_path, {"api.test": _rule(A="${e2b.identity.tokens.gcp}")}
+    )
+    with pytest.raises(SecretUnavailable, match="'gcp' is not registered"):
+        transforms.apply([], "api.test", 443)
+    without = HeaderTransforms(
+        parse_rules({"api.test": _rule(A="${e2b.identity.tokens.aws}")}), _resolve, [443]
+    )
+    with pytest.raises(SecretUnavailable, match="not registered"):
+        without.apply([], "api.test", 443)
+    # A secret whose value looks like a placeholder is sent as it is, not minted.
+    VALUES["tricky"] = "${e2b.identity.tokens.aws}"
+    try:
+        tricky, _ = _identity_transforms(tmp_path, {"api.test": _rule(A="${e2b.secrets.tricky}")})
+        assert tricky.apply([], "api.test", 443) == (
+            [(b"A", b"${e2b.identity.tokens.aws}")],
+            ["tricky"],
+        )
+    finally:
+        del VALUES["tricky"]

@@ -23,6 +23,7 @@ from sandgate.api.auth import Caller
 from sandgate.api.strict import QueryInt, parse_query
 from sandgate.egress.transforms import parse_rules
 from sandgate.errors import InvalidRequest
+from sandgate.identity import parse_iam
 from sandgate.sandboxes import CreateRequest, SandboxService
 from sandgate.store import Sandbox, Store
 from sandgate.workflows.metadata import RESERVED_PREFIX
@@ -119,6 +120,8 @@ class NewSandbox(BaseModel):
     auto_pause: bool | None = Field(None, alias="autoPause")
     auto_pause_memory: bool | None = Field(None, alias="autoPauseMemory")
     auto_resume: AutoResumeBody | None = Field(None, alias="autoResume")
+    #: Workload identity tokens ``network.rules`` may use (``sandgate.identity``).
+    iam: dict[str, Any] | None = None
 
 
 class TimeoutBody(BaseModel):
@@ -249,7 +252,7 @@ def build_control_router(
                 memory_mb=body.memory_mb,
                 # E2B's default is true; it grants only what egress.internet_access lists.
                 allow_internet_access=body.allow_internet_access is not False,
-                network=_network(body.network, public_traffic),
+                network=_network(body.network, public_traffic, parse_iam(body.iam)),
                 volume_mounts=tuple({"name": m.name, "path": m.path} for m in body.volume_mounts),
                 on_timeout="pause" if body.auto_pause else "kill",
                 auto_pause_memory=body.auto_pause_memory is not False,
@@ -369,15 +372,21 @@ def build_control_router(
     return router
 
 
-def _network(body: NetworkBody | None, public_default: bool) -> dict[str, Any] | None:
-    """The create call's network request as stored; ``allow_public_traffic`` always decided.
-    Raises ``InvalidRequest`` (``EgressBody.egress``)."""
+def _network(
+    body: NetworkBody | None, public_default: bool, iam: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The create call's network request as stored; ``allow_public_traffic`` always decided,
+    the ``iam`` registration kept beside the rules that use it. Raises ``InvalidRequest``
+    (``EgressBody.egress``)."""
+    registration = {"iam": iam} if iam else {}
     if body is None:
-        return {"allow_public_traffic": True} if public_default else None
+        stored = {"allow_public_traffic": True} if public_default else {}
+        return {**stored, **registration} or None
     public = body.allow_public_traffic
     return {
         **body.egress(),
         "allow_public_traffic": public_default if public is None else public,
+        **registration,
     }
 
 
