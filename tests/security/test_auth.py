@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import httpx
@@ -70,6 +71,23 @@ TEMPLATE_ROUTES = [
     ("GET", "/templates/{template_id}"),
     ("PATCH", "/templates/{template_id}"),
     ("PATCH", "/v2/templates/{template_id}"),
+    ("POST", "/v2/templates"),
+    ("POST", "/templates"),
+    ("POST", "/templates/{template_id}"),
+    ("POST", "/templates/{template_id}/builds/{build_id}"),
+]
+#: The registry of v1 builds (``docker push``): an API key as the Basic password.
+REGISTRY_ROUTES = [
+    ("GET", "/v2/"),
+    ("HEAD", "/v2/e2b/custom-envs/abc/blobs/sha256:" + "0" * 64),
+    ("GET", "/v2/e2b/custom-envs/abc/blobs/sha256:" + "0" * 64),
+    ("POST", "/v2/e2b/custom-envs/abc/blobs/uploads/"),
+    ("PATCH", "/v2/e2b/custom-envs/abc/blobs/uploads/" + "0" * 32),
+    ("PUT", "/v2/e2b/custom-envs/abc/blobs/uploads/" + "0" * 32),
+    ("PUT", "/v2/e2b/custom-envs/abc/manifests/abc"),
+    ("GET", "/v2/e2b/custom-envs/abc/manifests/abc"),
+    ("HEAD", "/v2/e2b/custom-envs/abc/manifests/abc"),
+    ("GET", "/v2/e2b/other/repository/manifests/abc"),
 ]
 #: Snapshots and forks, ``DELETE /templates/{ref}`` included (it deletes a snapshot, else the
 #: team template of that name): their own AUTH-01 tests are in test_snapshots.py.
@@ -168,6 +186,23 @@ def test_AUTH_01_every_template_route_needs_a_key(
         response = httpx.request(method, url, json=body, params={"tag": "t"}, headers=headers)
         assert response.status_code == 401, (path, response.text)
         assert "E2B_API_KEY" in response.json()["message"]
+
+
+@pytest.mark.parametrize(("method", "path"), REGISTRY_ROUTES)
+def test_AUTH_01_every_registry_route_needs_a_key_as_basic_password(
+    sandgate_server: RunningServer, method: str, path: str
+) -> None:
+    url = sandgate_server.url + path
+    wrong = base64.b64encode(b"_e2b_access_token:e2b_" + b"0" * 40).decode()
+    for headers in ({}, {"Authorization": f"Basic {wrong}"}, {"Authorization": "Basic !!"}):
+        response = httpx.request(method, url, content=b"{}", headers=headers)
+        assert response.status_code == 401, (path, response.text)
+        assert response.headers["www-authenticate"].startswith("Basic realm=")
+        if method != "HEAD":
+            assert response.json()["errors"][0]["code"] == "UNAUTHORIZED"
+    # The API key in the X-API-Key header is not the registry's credential.
+    keyed = httpx.request(method, url, headers={"X-API-Key": sandgate_server.api_key})
+    assert keyed.status_code == 401, path
 
 
 def test_AUTH_01_the_template_upload_needs_its_signature_not_a_key(

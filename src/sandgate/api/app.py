@@ -24,6 +24,7 @@ from sandgate.api.e2b import (
     build_metrics_router,
     build_snapshots_router,
 )
+from sandgate.api.e2b.registry import Registry, with_registry
 from sandgate.api.e2b.secrets import build_secrets_router
 from sandgate.api.e2b.teams import build_teams_router
 from sandgate.api.e2b.templates import build_templates_router
@@ -108,6 +109,7 @@ class Application:
             enabled=config.templates.team_builds,
             registered=lambda image_ref: prepare_template_tree(config, image_ref),
             cleanup=lambda: remove_stale_builds(config, instance),
+            max_push_bytes=config.templates.max_push_mib * 1024 * 1024,
         )
         # -- workflows: durable DAGs on DBOS, /v1/workflows and /v1/workflow-runs ----------
         self.workflows = WorkflowRuntime(
@@ -181,12 +183,15 @@ class Application:
         volume_content = build_volume_content_app(self.volumes)
         _install_error_handlers(volume_content)
         self.asgi: ASGIApp = Router(
-            TemplateUploads(
-                with_volume_content(
-                    BodyLimit(StrictJsonBody(control), config.server.max_json_body_bytes),
-                    volume_content,
+            with_registry(  # docker push of E2B's v1 template builds: /v2/ and /v2/e2b/...
+                TemplateUploads(
+                    with_volume_content(
+                        BodyLimit(StrictJsonBody(control), config.server.max_json_body_bytes),
+                        volume_content,
+                    ),
+                    control,
                 ),
-                control,
+                Registry(self.templates, store),
             ),
             build_envd_app(
                 UploadLimits(config.limits.max_upload_bytes), metrics=self._sandbox_reading

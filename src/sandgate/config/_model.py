@@ -225,6 +225,9 @@ class TemplatesConfig(_Section):
     max_concurrent_builds: int = Field(2, ge=1, le=64)
     #: Largest build-context archive one ``COPY`` step may upload.
     max_context_mib: int = Field(1024, ge=1)
+    #: Largest image one template's registry repository may hold (E2B's v1 builds push to
+    #: ``e2b/custom-envs/<templateID>``); uploads in progress count.
+    max_push_mib: int = Field(10240, ge=1)
 
 
 class SandboxConfig(_Section):

@@ -9,13 +9,15 @@ same templates as root-filesystem directories for the bwrap runtime.
 
 Team templates (the E2B template API) are built by ``builds.BuildService`` from the steps the
 E2B SDKs send (``_plan``), one cached layer per step (``_layers``), on Docker
-(``_docker_layers``) or without an engine (``_native_layers``).
+(``_docker_layers``) or without an engine (``_native_layers``); E2B's v1 builds start from an
+image ``docker push``ed to the server (``_pushed``).
 """
 
 from ._builder import BuiltTemplate, TemplateBuilder, TemplateState
 from ._engines import layer_backend, prepare_template_tree, remove_stale_builds
 from ._native import NativeTemplateBuilder
 from ._progress import BuildStep, ProgressCallback, ignore_progress
+from ._pushed import PushRefused, PushStore, check_digest
 from ._rootfs import DEFAULT_MIRROR
 from ._sources import Source
 from ._spec import SHIPPED_TEMPLATES, TemplateSpec
@@ -28,11 +30,14 @@ __all__ = [
     "BuiltTemplate",
     "NativeTemplateBuilder",
     "ProgressCallback",
+    "PushRefused",
+    "PushStore",
     "Source",
     "TemplateBuildError",
     "TemplateBuilder",
     "TemplateSpec",
     "TemplateState",
+    "check_digest",
     "ignore_progress",
     "layer_backend",
     "prepare_template_tree",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +159,22 @@ class DockerLayers:
         finally:
             with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
                 api.remove_container(cid, force=True)
+
+    def load(self, archive: Iterator[bytes], tag: str, log: BuildLog) -> None:
+        try:
+            for event in self._client.api.load_image(archive):
+                if not isinstance(event, dict):
+                    continue
+                if event.get("error"):
+                    raise StepFailed(
+                        BASE_STEP, f"the engine refused the pushed image: {event['error']}"
+                    )
+                if event.get("stream"):
+                    log("debug", BASE_STEP, str(event["stream"]).strip())
+        except (docker.errors.APIError, requests.RequestException) as exc:
+            raise StepFailed(BASE_STEP, f"cannot load the pushed image: {exc}") from None
+        if self._images.get(tag) is None:
+            raise StepFailed(BASE_STEP, f"the engine does not list the loaded image {tag}")
 
     def finalize(
         self, top: str, repository: str, key: str, config: FinalConfig, labels: dict[str, str]

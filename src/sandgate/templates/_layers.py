@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -110,6 +110,11 @@ class LayerBackend(Protocol):
     ) -> tuple[str, str]:
         """Makes the template's image from the top layer; returns ``(image_ref, image_id)``.
         Raises ``StepFailed`` (step ``finalize``), e.g. when the image has no ``python3``."""
+        ...
+
+    def load(self, archive: Iterator[bytes], tag: str, log: BuildLog) -> None:
+        """Loads a ``docker load`` archive (a pushed image, ``_pushed``) as ``tag``, the
+        starting image of a v1 build. Raises ``StepFailed`` (step ``base``)."""
         ...
 
 

@@ -145,6 +145,15 @@ class NativeLayers:
             remove_tree(scratch)
         return key
 
+    def load(self, archive: Iterator[bytes], tag: str, log: BuildLog) -> None:
+        raise StepFailed(
+            BASE_STEP,
+            "a pushed image (E2B's v1 template build, `e2b template build` of CLI 1.x) is "
+            "loaded into a Docker engine, and this server has none: start dockerd (or set "
+            "runtime.docker.base_url) and build again, or build with the v2 template API "
+            "(Template().from_dockerfile(...) in the SDKs)",
+        )
+
     def finalize(
         self, top: str, repository: str, key: str, config: FinalConfig, labels: dict[str, str]
     ) -> tuple[str, str]:

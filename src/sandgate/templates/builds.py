@@ -40,16 +40,18 @@ from sandgate.errors import (
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
+    RuntimeUnavailable,
     TemplateNotFound,
 )
 from sandgate.store import Template, TemplateBuild, TemplateRecords
 
 from ._context import ContextStore, UploadRejected
 from ._layers import E2B_BASE_IMAGES, BuildLog, BuiltImage, LayerBackend, StepFailed, build_image
-from ._plan import FINALIZE_STEP, BuildPlan, parse_plan
+from ._plan import BASE_STEP, FINALIZE_STEP, BuildPlan, parse_plan
+from ._pushed import PushStore
 from .errors import TemplateBuildError
 
-__all__ = ["BuildService", "BuildState", "check_build_transition"]
+__all__ = ["BuildService", "BuildState", "PushedStart", "check_build_transition"]
 
 log = structlog.get_logger("sandgate.templates")
 
@@ -59,6 +61,8 @@ _ALIAS = re.compile(r"[a-z0-9](?:[a-z0-9._-]{0,126}[a-z0-9])?")
 _TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _HASH = re.compile(r"[0-9a-f]{64}")
 DEFAULT_TAG = "default"
+#: Where a pushed image is loaded in the engine: ``sandgate/pushed-<templateID>:<buildID>``.
+PUSHED_REPOSITORY = "sandgate/pushed"
 #: How long a signed upload URL stays valid.
 UPLOAD_URL_TTL_S = 3600
 #: Log lines buffered before a write to the store (and the longest a line waits).
@@ -93,12 +97,27 @@ def check_build_transition(build_id: str, current: BuildState, target: BuildStat
 
 @dataclass(frozen=True)
 class BuildRequest:
-    """``POST /v3/templates``: ``name`` may carry a tag (``name:tag``)."""
+    """``POST /v3/templates`` (and ``/v2/templates``, ``/templates``): ``name`` may carry a
+    tag (``name:tag``). ``pushed`` holds a v1 build's start and ready commands: that build
+    starts from an image pushed to the template's repository (``start_pushed``)."""
 
     name: str
     tags: tuple[str, ...]
     cpu_count: int
     memory_mb: int
+    pushed: PushedStart | None = None
+
+
+@dataclass(frozen=True)
+class PushedStart:
+    """What E2B's v1 build request (``TemplateBuildRequest``) says the pushed image's
+    template runs: kept on the build (``spec``) until the push is built."""
+
+    start_cmd: str | None = None
+    ready_cmd: str | None = None
+
+    def spec(self) -> dict[str, Any]:
+        return {"v1": {"startCmd": self.start_cmd, "readyCmd": self.ready_cmd}}
 
 
 BackendFactory = Callable[[], LayerBackend]
@@ -121,9 +140,11 @@ class BuildService:
         enabled: bool = True,
         registered: Callable[[str], None] | None = None,
         cleanup: Callable[[], None] | None = None,
+        max_push_bytes: int = 10 * 1024**3,
     ) -> None:
         self._records = records
         self._files = ContextStore(home / "templates" / "files")
+        self._pushes = PushStore(home / "templates" / "registry", max_push_bytes)
         self._key = _upload_key(home / "templates" / "upload.key")
         self._backends = backends
         self._envd_version = envd_version
@@ -137,6 +158,11 @@ class BuildService:
     @property
     def files(self) -> ContextStore:
         return self._files
+
+    @property
+    def pushes(self) -> PushStore:
+        """Images pushed for v1 builds (``docker push``, served by ``api/e2b/registry``)."""
+        return self._pushes
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -209,22 +235,47 @@ class BuildService:
                 spawn_count=0,
             )
             self._records.add(template)
+        return template, self._add_build(template, request, tags)
+
+    def rebuild(
+        self, team_id: str, ref: str, request: BuildRequest
+    ) -> tuple[Template, TemplateBuild]:
+        """A new ``waiting`` build of the team's template ``ref`` (E2B's v1
+        ``POST /templates/{templateID}``); ``request.name`` is not used."""
+        if not self._enabled:
+            raise Forbidden(
+                "template builds are turned off on this server (templates.team_builds); "
+                "ask the operator"
+            )
+        template = self.own_template(team_id, ref)
+        return template, self._add_build(template, request, [DEFAULT_TAG])
+
+    def _add_build(
+        self, template: Template, request: BuildRequest, tags: Sequence[str]
+    ) -> TemplateBuild:
+        now = datetime.now(UTC)
         build = TemplateBuild(
             id=str(uuid.uuid4()),
             template_id=template.id,
-            team_id=team_id,
+            team_id=template.team_id,
             state=BuildState.WAITING.value,
             cpu_count=request.cpu_count,
             memory_mb=request.memory_mb,
             tags=list(tags),
+            spec=request.pushed.spec() if request.pushed is not None else None,
             created_at=now,
             updated_at=now,
             cached_steps=0,
             total_steps=0,
         )
         self._records.add_build(build)
-        log.info("template.build_requested", template=template.id, build=build.id, team=team_id)
-        return template, build
+        log.info(
+            "template.build_requested",
+            template=template.id,
+            build=build.id,
+            team=template.team_id,
+        )
+        return build
 
     def template(self, team_id: str, ref: str) -> Template:
         """A template the team may see (its own or shipped), by id or alias; ``name:tag``
@@ -273,6 +324,7 @@ class BuildService:
                     await task
         self._records.delete(template.id)
         self._files.forget(template.id)
+        self._pushes.forget(template.id)
         log.info("template.deleted", template=template.id, team=team_id)
 
     def set_public(self, team_id: str, ref: str, public: bool) -> Template:
@@ -351,19 +403,56 @@ class BuildService:
                 )
             base_image = base.image_ref
         check_build_transition(build.id, BuildState(build.state), BuildState.BUILDING)
+        self._queue(template, build, body, len(plan.steps), plan, base_image, None)
+
+    def start_pushed(self, team_id: str, template_id: str, build_id: str) -> None:
+        """Starts a v1 build (``POST /templates/{templateID}/builds/{buildID}``): its image
+        is the one pushed as ``e2b/custom-envs/<templateID>:<buildID>``, loaded into the
+        Docker engine by the job. A missing push fails the build with a status reason naming
+        the image to push. Raises ``InvalidRequest`` (not a v1 build), ``Conflict`` (already
+        started), ``RuntimeUnavailable`` (no Docker engine to load the image into)."""
+        template = self.own_template(team_id, template_id)
+        build = self.build(team_id, template.id, build_id)
+        v1 = (build.spec or {}).get("v1")
+        if not isinstance(v1, dict):
+            raise InvalidRequest(
+                f"build {build.id} was not requested through POST /templates: start it with "
+                f"POST /v2/templates/{template.id}/builds/{build.id} and its steps"
+            )
+        check_build_transition(build.id, BuildState(build.state), BuildState.BUILDING)
+        if self._backends().engine != "docker":
+            raise RuntimeUnavailable(
+                "a pushed image (E2B's v1 template build) is loaded into a Docker engine, and "
+                "this server reaches none: start dockerd (or set runtime.docker.base_url), or "
+                "build with the v2 template API (Template().from_dockerfile(...) in the SDKs)"
+            )
+        pushed = PushedStart(v1.get("startCmd"), v1.get("readyCmd"))
+        self._queue(template, build, build.spec or {}, 0, None, None, pushed)
+
+    def _queue(
+        self,
+        template: Template,
+        build: TemplateBuild,
+        spec: dict[str, Any],
+        total_steps: int,
+        plan: BuildPlan | None,
+        base_image: str | None,
+        pushed: PushedStart | None,
+    ) -> None:
         now = datetime.now(UTC)
         self._records.update_build(
             build.id,
             state=BuildState.BUILDING.value,
-            spec=body,
-            total_steps=len(plan.steps),
+            spec=spec,
+            total_steps=total_steps,
             updated_at=now,
         )
         self._records.append_logs(
             build.id, [(now, "info", None, f"Build {build.id} of {template.display_name} queued")]
         )
         task = asyncio.create_task(
-            self._run(template, build.id, plan, base_image), name=f"template-build-{build.id}"
+            self._run(template, build.id, plan, base_image, pushed),
+            name=f"template-build-{build.id}",
         )
         self._jobs[build.id] = task
         task.add_done_callback(lambda _: self._jobs.pop(build.id, None))
@@ -383,13 +472,24 @@ class BuildService:
         return self._records.logs(build_id, offset, limit)
 
     async def _run(
-        self, template: Template, build_id: str, plan: BuildPlan, base_image: str | None
+        self,
+        template: Template,
+        build_id: str,
+        plan: BuildPlan | None,
+        base_image: str | None,
+        pushed: PushedStart | None,
     ) -> None:
         sink = _LogSink(self._records, build_id)
         try:
             async with self._slots:
                 backend = await asyncio.to_thread(self._backends)
                 self._records.update_build(build_id, engine=backend.engine)
+                if pushed is not None:
+                    plan = await asyncio.to_thread(
+                        self._load_pushed, backend, template.id, build_id, pushed, sink
+                    )
+                if plan is None:
+                    raise TemplateBuildError("the build has no plan")
                 built = await asyncio.to_thread(
                     build_image,
                     backend,
@@ -421,6 +521,41 @@ class BuildService:
             sink.flush()
             log.exception("template.build_crashed", build=build_id)
             self._fail(build_id, f"the build failed unexpectedly: {exc!r}", FINALIZE_STEP)
+
+    def _load_pushed(
+        self,
+        backend: LayerBackend,
+        template_id: str,
+        build_id: str,
+        pushed: PushedStart,
+        sink: BuildLog,
+    ) -> BuildPlan:
+        """Loads the image pushed for the build into the engine and returns the plan that
+        builds the template from it: the image's environment, then E2B's provisioning."""
+        ref = f"e2b/custom-envs/{template_id}:{build_id}"
+        if self._pushes.manifest(template_id, build_id) is None:
+            raise StepFailed(
+                BASE_STEP,
+                f"no image was pushed for this build: push {ref} first (`docker push "
+                f"<this server's registry host>/{ref}`), then start the build again with "
+                "a new build id (POST /templates/{templateID})",
+            )
+        tag = f"{PUSHED_REPOSITORY}-{template_id}:{build_id}"
+        sink("info", BASE_STEP, f"[base] loading the pushed image {ref}")
+        backend.load(self._pushes.archive(template_id, build_id, tag), tag, sink)
+        envs = self._pushes.image_env(template_id, build_id)
+        steps = [{"type": "ENV", "args": [item for pair in envs for item in pair]}] if envs else []
+        try:
+            return parse_plan(
+                {
+                    "fromImage": tag,
+                    "steps": steps,
+                    "startCmd": pushed.start_cmd,
+                    "readyCmd": pushed.ready_cmd,
+                }
+            )
+        except InvalidRequest as exc:
+            raise StepFailed(BASE_STEP, str(exc)) from None
 
     def _ready(self, template: Template, build_id: str, built: BuiltImage) -> None:
         now = datetime.now(UTC)

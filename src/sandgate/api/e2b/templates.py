@@ -1,9 +1,15 @@
 """E2B template API: build, upload, poll, tag, list, get, update and delete templates.
 
 Routes and success codes are exactly those the pinned SDKs and the E2B CLI call
-(shared/e2b-protocol.md §2.5): ``POST /v3/templates`` → 202, the files-hash check → 201 with a
+(shared/e2b-protocol.md §2.5): ``POST /v3/templates`` (and the early v2 SDKs'
+``POST /v2/templates``, the same request in another shape) → 202, the files-hash check → 201 with a
 signed upload URL, the build start → 202, status polling with ``logsOffset``, tags 201/204.
 Every error is JSON ``{"code", "message"}`` (the generated Python client requires both).
+
+E2B CLI 1.x's v1 flow: ``POST /templates`` (or ``POST /templates/{id}`` to rebuild) → 202 with
+a new build id; the client ``docker push``es ``e2b/custom-envs/<templateID>:<buildID>`` to the
+registry (``api/e2b/registry.py``); ``POST /templates/{id}/builds/{buildID}`` → 202 builds the
+template from that image (``BuildService.start_pushed``).
 
 ``DELETE /templates/{id}`` is the snapshots router's (``api/e2b/snapshots.py``): it deletes a
 snapshot of that id or name, else the team template (``BuildService.delete``).
@@ -26,9 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandgate.api.auth import Caller
 from sandgate.api.strict import QueryInt
-from sandgate.errors import InvalidRequest, LimitExceeded, NotFound
+from sandgate.errors import Forbidden, InvalidRequest, LimitExceeded, NotFound
 from sandgate.store import Template, TemplateBuild
-from sandgate.templates.builds import DEFAULT_TAG, BuildRequest, BuildService
+from sandgate.templates.builds import DEFAULT_TAG, BuildRequest, BuildService, PushedStart
 
 __all__ = ["build_templates_router"]
 
@@ -44,6 +50,33 @@ class TemplateBuildRequestV3(BaseModel):
     tags: list[str] = Field(default_factory=list, max_length=64)
     cpu_count: int | None = Field(None, alias="cpuCount")
     memory_mb: int | None = Field(None, alias="memoryMB")
+
+
+class TemplateBuildRequestV2(BaseModel):
+    """``POST /v2/templates`` (early v2 SDKs): the v3 request in another shape."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    alias: str = Field(max_length=300)
+    cpu_count: int | None = Field(None, alias="cpuCount")
+    memory_mb: int | None = Field(None, alias="memoryMB")
+    team_id: str | None = Field(None, alias="teamID", max_length=100)
+
+
+class TemplateBuildRequestV1(BaseModel):
+    """``POST /templates`` and ``POST /templates/{templateID}`` (E2B CLI 1.x): the image is
+    pushed to ``e2b/custom-envs/<templateID>:<buildID>``; the Dockerfile is only informative
+    (the client built the image)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    dockerfile: str = Field(max_length=1024 * 1024)
+    alias: str | None = Field(None, max_length=300)
+    cpu_count: int | None = Field(None, alias="cpuCount")
+    memory_mb: int | None = Field(None, alias="memoryMB")
+    start_cmd: str | None = Field(None, alias="startCmd", max_length=64 * 1024)
+    ready_cmd: str | None = Field(None, alias="readyCmd", max_length=64 * 1024)
+    team_id: str | None = Field(None, alias="teamID", max_length=100)
 
 
 class AssignTags(BaseModel):
@@ -148,6 +181,21 @@ def build_templates_router(
             )
         return cpu, memory
 
+    def check_team(caller_team: str, team_id: str | None) -> None:
+        if team_id is not None and team_id != caller_team:
+            raise Forbidden(
+                f"teamID {team_id[:100]!r} is not the API key's team ({caller_team}): omit "
+                "teamID or use that team's key"
+            )
+
+    def legacy_body(template: Template, build: TemplateBuild) -> dict[str, Any]:
+        """E2B's ``TemplateLegacy``: the template, with the new build's id."""
+        body = template_body(template)
+        body["buildID"] = build.id
+        body["cpuCount"] = build.cpu_count
+        body["memoryMB"] = build.memory_mb
+        return body
+
     # -- create, upload, start, poll -------------------------------------------------------
 
     @router.post("/v3/templates")
@@ -170,6 +218,26 @@ def build_templates_router(
             },
             status_code=202,
         )
+
+    @router.post("/v2/templates")
+    async def request_build_v2(body: TemplateBuildRequestV2, caller: Caller) -> Response:
+        check_team(caller.team_id, body.team_id)
+        cpu, memory = check_size(body.cpu_count, body.memory_mb)
+        template, build = builds.request_build(
+            caller.team_id, BuildRequest(body.alias, (), cpu, memory)
+        )
+        return JSONResponse(legacy_body(template, build), status_code=202)
+
+    @router.post("/templates")
+    async def request_build_v1(body: TemplateBuildRequestV1, caller: Caller) -> Response:
+        check_team(caller.team_id, body.team_id)
+        cpu, memory = check_size(body.cpu_count, body.memory_mb)
+        pushed = PushedStart(body.start_cmd, body.ready_cmd)
+        name = body.alias or f"template-{uuid.uuid4().hex[:12]}"
+        template, build = builds.request_build(
+            caller.team_id, BuildRequest(name, (), cpu, memory, pushed)
+        )
+        return JSONResponse(legacy_body(template, build), status_code=202)
 
     @router.get("/templates/{template_id}/files/{files_hash}")
     async def files_link(
@@ -349,6 +417,24 @@ def build_templates_router(
 
     def builds_by_id(build_id: str) -> TemplateBuild | None:
         return builds.build_row(build_id)
+
+    # After the tag routes: "tags" is not a template id.
+    @router.post("/templates/{template_id}")
+    async def rebuild_v1(
+        template_id: str, body: TemplateBuildRequestV1, caller: Caller
+    ) -> Response:
+        check_team(caller.team_id, body.team_id)
+        cpu, memory = check_size(body.cpu_count, body.memory_mb)
+        pushed = PushedStart(body.start_cmd, body.ready_cmd)
+        template, build = builds.rebuild(
+            caller.team_id, template_id, BuildRequest("", (), cpu, memory, pushed)
+        )
+        return JSONResponse(legacy_body(template, build), status_code=202)
+
+    @router.post("/templates/{template_id}/builds/{build_id}")
+    async def start_pushed_build(template_id: str, build_id: str, caller: Caller) -> Response:
+        builds.start_pushed(caller.team_id, template_id, build_id)
+        return Response(status_code=202)
 
     @router.get("/templates/{template_id}")
     async def get_template(template_id: str, caller: Caller) -> Response:

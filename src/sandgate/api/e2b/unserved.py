@@ -37,17 +37,10 @@ def _pattern(template: str) -> re.Pattern[str]:
     return re.compile(re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)))
 
 
-_TEMPLATES = (
-    "the v1 template build API (the SDKs and the E2B CLI build through /v3 and /v2, served here)"
-)
-
 #: Control-plane endpoints (``api.<domain>``, and ``E2B_VOLUME_API_URL``'s volume content).
-CONTROL_UNSERVED: Final = (
-    Unserved("POST", "/templates", _TEMPLATES),
-    Unserved("POST", "/v2/templates", _TEMPLATES),
-    Unserved("POST", "/templates/{templateID}", _TEMPLATES),
-    Unserved("POST", "/templates/{templateID}/builds/{buildID}", _TEMPLATES),
-)
+#: Every path of the pinned SDKs' control plane is served now (the v1 template builds last);
+#: the table stays for the next one.
+CONTROL_UNSERVED: Final[tuple[Unserved, ...]] = ()
 
 #: envd's REST side (port 49983); its RPCs answer Connect ``unimplemented`` themselves. Every
 #: REST path of the pinned SDKs' envd is served now; the table stays for the next one.
