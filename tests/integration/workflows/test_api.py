@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -311,7 +312,18 @@ def test_a_sandbox_of_the_team_is_unaffected(one: WorkflowsEnv) -> None:
 
 
 LAZY_CONFIG = """
-tools: [{name: kv, kind: builtin}]
+tools:
+  - {name: kv, kind: builtin}
+  - name: gate
+    kind: exec
+    command:
+      - /bin/sh
+      - -c
+      - "while [ ! -e \\"$1\\" ]; do sleep 0.05; done; echo '{}'"
+      - sh
+      - "{path}"
+    parameters: {type: object, properties: {path: {type: string}}, required: [path]}
+    timeout_s: 120
 policy:
   rules:
     - id: workflows-may-call
@@ -343,3 +355,28 @@ def test_the_engine_starts_at_the_first_run_when_nothing_needs_it_sooner(
         assert run["state"] == "completed", (attempt, run)
         assert "workflows.started" in server.log_text().rsplit("=== start", 1)[-1], attempt
         server.restart()
+
+
+def test_a_run_left_unfinished_starts_the_engine_with_the_server(
+    sandgate_server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    """No shared workflows, but a run of an API-defined one was under way when the server
+    died: the next start launches DBOS at once (before any request) and recovers the run."""
+    server = sandgate_server_factory(config=LAZY_CONFIG)
+    env = WorkflowsEnv(server, "sqlite", "auto")
+    gate = tmp_path / "open"
+    body = {
+        "steps": [{"id": "wait", "kind": "tool", "tool": "gate", "arguments": {"path": str(gate)}}]
+    }
+    put = httpx.put(f"{server.url}/v1/workflows/gated", json=body, headers=env.headers())
+    assert put.status_code == 200, put.text
+    started = env.start("gated")
+    env.wait_for(started["id"], lambda r: env.step(r, "wait")["state"] == "running")
+
+    server.kill()
+    server.start()
+    assert "workflows.started" in server.log_text().rsplit("=== start", 1)[-1]
+    gate.touch()
+    env.events(started["id"])
+    run = env.get(started["id"])
+    assert run["state"] == "completed", run
