@@ -31,6 +31,7 @@ from typing import Any
 
 import structlog
 
+from sandgate._periodic import Periodic
 from sandgate.access import Principal
 from sandgate.agents._gateway import GatewayAdapter
 from sandgate.agents.execution import SandboxCode
@@ -98,7 +99,14 @@ class AgentRunner:
         self._code: dict[str, SandboxCode] = {}
         #: Runs being cancelled here, and by whom.
         self._cancelling: dict[str, str] = {}
-        self._poller: asyncio.Task[None] | None = None
+        self._poller = Periodic(
+            "agent-run-cancels",
+            self._check_cancels,
+            interval_s=lambda: CANCEL_POLL_S,
+            errors=Exception,  # the store hiccuped; look again next time
+            on_error=lambda _: log.exception("agent.cancel_poll_failed"),
+            wait_first=True,
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -118,16 +126,11 @@ class AgentRunner:
             session = self._records.session(run.session_id)
             if session is not None and session.ephemeral and session.sandbox_id:
                 await self._release(session, session.sandbox_id)
-        if self._poller is None:
-            self._poller = asyncio.create_task(self._watch_cancels(), name="agent-run-cancels")
+        self._poller.start()
 
     async def stop(self) -> None:
         """Cancels active runs (recorded as failed) and closes provider clients."""
-        if self._poller is not None:
-            self._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
-            self._poller = None
+        await self._poller.stop()
         for live in list(self._live.values()):
             if live.task is not None:
                 live.task.cancel()
@@ -253,22 +256,16 @@ class AgentRunner:
                 self._live.pop(run_id, None)
         return self.run(principal, run_id)
 
-    async def _watch_cancels(self) -> None:
+    async def _check_cancels(self) -> None:
         """Cancels runs of this process that another process (the CLI) asked to cancel."""
-        while True:
-            await asyncio.sleep(CANCEL_POLL_S)
-            if not self._live:
-                continue
-            try:
-                requested = self._records.cancel_requested(list(self._live))
-            except Exception:  # the store hiccuped; look again next time
-                log.exception("agent.cancel_poll_failed")
-                continue
-            for run in requested:
-                live = self._live.get(run.id)
-                if live is not None and live.task is not None and run.id not in self._cancelling:
-                    self._cancelling[run.id] = run.cancelled_by or "another process"
-                    live.task.cancel()
+        if not self._live:
+            return
+        requested = self._records.cancel_requested(list(self._live))
+        for run in requested:
+            live = self._live.get(run.id)
+            if live is not None and live.task is not None and run.id not in self._cancelling:
+                self._cancelling[run.id] = run.cancelled_by or "another process"
+                live.task.cancel()
 
     async def submit(
         self,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import structlog
 
+from sandgate._periodic import Periodic
 from sandgate.errors import SandgateError
 from sandgate.runtimes import Runtime, RuntimeState
 from sandgate.sandboxes.snapshots import SnapshotService
@@ -60,18 +61,22 @@ class Reaper:
         self._auto_pause = auto_pause
         self._alive = alive
         self._adopt = adopt
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic(
+            "sandbox-reaper",
+            self._tick,
+            interval_s=lambda: _REAP_INTERVAL_S,
+            errors=SandgateError,
+            on_error=lambda exc: log.warning("reaper.failed", error=exc.message),
+        )
+        self._swept = 0.0
         self._suspects: dict[str, asyncio.Task[None]] = {}
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._reap_forever(), name="sandbox-reaper")
+        self._swept = asyncio.get_running_loop().time()
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._loop.stop()
 
     async def reattach(self) -> None:
         """Adopts the runtime's sandboxes that are still wanted; removes the rest.
@@ -144,18 +149,12 @@ class Reaper:
             reaped.append(row.id)
         return reaped
 
-    async def _reap_forever(self) -> None:
-        loop = asyncio.get_running_loop()
-        swept = loop.time()
-        while True:
-            try:
-                await self.reap_expired()
-                if loop.time() - swept >= _SWEEP_INTERVAL_S:
-                    swept = loop.time()
-                    await self.sweep_exited()
-            except SandgateError as exc:
-                log.warning("reaper.failed", error=exc.message)
-            await asyncio.sleep(_REAP_INTERVAL_S)
+    async def _tick(self) -> None:
+        await self.reap_expired()
+        now = asyncio.get_running_loop().time()
+        if now - self._swept >= _SWEEP_INTERVAL_S:
+            self._swept = now
+            await self.sweep_exited()
 
     def suspect(self, sandbox_id: str) -> None:
         """A connection to the guest could not be opened: check (once at a time) whether the

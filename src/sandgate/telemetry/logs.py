@@ -24,7 +24,6 @@ its fields limited in number and size; an entry that fails a check is skipped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +31,7 @@ from typing import Any, Final
 
 import structlog
 
+from sandgate._periodic import Periodic
 from sandgate.config import SandboxLogsConfig
 from sandgate.errors import SandgateError
 from sandgate.guest.client import GuestClient, GuestError
@@ -74,17 +74,22 @@ class SandboxLogs:
         self._guest_of = guest_of
         self._cursors: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic(
+            "sandbox-logs",
+            self._tick,
+            interval_s=lambda: self._config.collect_interval_s,
+            errors=SandgateError,
+            on_error=lambda exc: log.warning("logs.collect_failed", error=exc.message),
+            fixed_rate=True,
+        )
+        self._pruned = 0.0
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="sandbox-logs")
+        self._pruned = asyncio.get_running_loop().time()
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._loop.stop()
 
     # -- writing --------------------------------------------------------------------------
 
@@ -209,25 +214,17 @@ class SandboxLogs:
 
     # -- background -----------------------------------------------------------------------
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        pruned = loop.time()
-        while True:
-            began = loop.time()
-            try:
-                running = await asyncio.to_thread(self._running)
-                for sandbox_id in running:
-                    await self.collect(sandbox_id)
-                for gone in set(self._cursors) - set(running):
-                    if not self._locks.get(gone, asyncio.Lock()).locked():
-                        self.forget(gone)
-                if began - pruned >= _PRUNE_INTERVAL_S:
-                    pruned = began
-                    await asyncio.to_thread(self._prune)
-            except SandgateError as exc:
-                log.warning("logs.collect_failed", error=exc.message)
-            interval = self._config.collect_interval_s
-            await asyncio.sleep(max(0.0, interval - (loop.time() - began)))
+    async def _tick(self) -> None:
+        began = asyncio.get_running_loop().time()
+        running = await asyncio.to_thread(self._running)
+        for sandbox_id in running:
+            await self.collect(sandbox_id)
+        for gone in set(self._cursors) - set(running):
+            if not self._locks.get(gone, asyncio.Lock()).locked():
+                self.forget(gone)
+        if began - self._pruned >= _PRUNE_INTERVAL_S:
+            self._pruned = began
+            await asyncio.to_thread(self._prune)
 
     def _running(self) -> list[str]:
         return [row.id for row in self._store.live_sandboxes() if row.state == "running"]

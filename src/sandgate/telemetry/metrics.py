@@ -21,12 +21,12 @@ What a sample says (E2B's field names):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Sequence
 
 import structlog
 
+from sandgate._periodic import Periodic
 from sandgate.config import MetricsConfig
 from sandgate.errors import SandgateError
 from sandgate.runtimes import Runtime, SandboxStats
@@ -50,17 +50,22 @@ class MetricsSampler:
         self._runtime = runtime
         self._last: dict[str, SandboxStats] = {}
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic(
+            "metrics-sampler",
+            self._tick,
+            interval_s=lambda: self._config.interval_s,
+            errors=SandgateError,
+            on_error=lambda exc: log.warning("metrics.sample_failed", error=exc.message),
+            fixed_rate=True,
+        )
+        self._pruned = 0.0
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="metrics-sampler")
+        self._pruned = asyncio.get_running_loop().time()
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._loop.stop()
 
     async def sample(self, rows: Sequence[Sandbox]) -> int:
         """Reads the sandboxes of ``rows`` once and stores a sample of each that runs here;
@@ -96,20 +101,13 @@ class MetricsSampler:
         """Drops the sandbox's last reading (it ended)."""
         self._last.pop(sandbox_id, None)
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        pruned = loop.time()
-        while True:
-            began = loop.time()
-            try:
-                await self.sample(await asyncio.to_thread(self._running))
-                if began - pruned >= _PRUNE_INTERVAL_S:
-                    pruned = began
-                    cutoff = int((time.time() - self._config.retention_hours * 3600) * 1000)
-                    await asyncio.to_thread(self._records.prune_samples, cutoff)
-            except SandgateError as exc:
-                log.warning("metrics.sample_failed", error=exc.message)
-            await asyncio.sleep(max(0.0, self._config.interval_s - (loop.time() - began)))
+    async def _tick(self) -> None:
+        began = asyncio.get_running_loop().time()
+        await self.sample(await asyncio.to_thread(self._running))
+        if began - self._pruned >= _PRUNE_INTERVAL_S:
+            self._pruned = began
+            cutoff = int((time.time() - self._config.retention_hours * 3600) * 1000)
+            await asyncio.to_thread(self._records.prune_samples, cutoff)
 
     def _running(self) -> list[Sandbox]:
         live = self._store.live_sandboxes()

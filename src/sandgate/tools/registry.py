@@ -13,9 +13,8 @@ import asyncio
 import functools
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mcp_types
 import structlog
 
 from sandgate.config import BuiltinTool, ExecTool, HttpTool, McpTool, PythonTool, ToolConfig
@@ -23,12 +22,15 @@ from sandgate.errors import ConfigError, ToolFailed
 from sandgate.policy import ToolShape
 from sandgate.secrets import SecretStore
 from sandgate.tools.builtin import http_fetch, kv, workflow_run
-from sandgate.tools.executors._mcp_session import McpSession
 from sandgate.tools.executors.exec import ExecExecutor
 from sandgate.tools.executors.http import HttpExecutor
-from sandgate.tools.executors.mcp import McpExecutor, gateway_name
 from sandgate.tools.executors.python import PythonExecutor, load_entry_point
 from sandgate.tools.tool import Executor, RetryPolicy, Tool
+
+if TYPE_CHECKING:  # the MCP SDK is imported only when an MCP server is configured
+    import mcp_types
+
+    from sandgate.tools.executors._mcp_session import McpSession
 
 __all__ = ["ToolRegistry", "tool_shapes"]
 
@@ -61,6 +63,8 @@ class ToolRegistry:
         for config in self._configs:
             if not isinstance(config, McpTool) or config.name in self._sessions:
                 continue
+            from sandgate.tools.executors._mcp_session import McpSession
+
             try:
                 env = {**config.env, **secrets.resolve(config.secrets)}
             except ToolFailed as exc:
@@ -96,6 +100,8 @@ class ToolRegistry:
         session = self._sessions.get(config.name)
         if session is None:
             return
+        from sandgate.tools.executors.mcp import McpExecutor, gateway_name
+
         added = 0
         for remote in listed:
             name = gateway_name(config.name, remote.name)

@@ -4,21 +4,25 @@ they stop. ``launch`` recovers the runs that were in progress when the last proc
 
 DBOS is a process-wide singleton; its async workflows, recovered and scheduled ones included,
 run on the event loop that called ``launch`` (the server's), next to the services they call.
+
+DBOS (about a second of imports, and its system database) is started with the server only when
+it may have work at once: shared (config or file) workflows, which may be scheduled, runs left
+unfinished by the last process, or an explicit ``workflows.database_url`` (so a wrong one fails
+the start, as a config mistake should). Otherwise it starts at the first run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from dbos import DBOS
 
 from sandgate.config import Config
 from sandgate.errors import ConfigError
-from sandgate.workflows.engine import Engine, _scheduled_workflow
 from sandgate.workflows.service import WorkflowService
 from sandgate.workflows.steps import StepExecutors
 
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
     from sandgate.sandboxes import SandboxService
     from sandgate.store import Store
     from sandgate.tools import Gateway
+    from sandgate.workflows.engine import Engine
 
 __all__ = ["APPLICATION_VERSION", "WorkflowRuntime", "system_database_url"]
 
@@ -82,27 +87,57 @@ class WorkflowRuntime:
         self._config = config
         self._instance_id = instance_id
         self.service = WorkflowService(config, store)
-        executors = StepExecutors(
+        self._executors = StepExecutors(
             gateway,
             sandboxes,
             agents,
             store,
             agent_teams={a.id: list(a.teams) for a in config.agents},
         )
-        self.engine = Engine(
-            self.service.records,
-            executors,
-            create_child=self.service.create_child,
-            create_scheduled=self.service.start_scheduled,
-        )
+        self.engine: Engine | None = None
         self._gateway = gateway
+        self._launching = asyncio.Lock()
         self._launched = False
+        self._stopped = False
 
     async def start(self) -> None:
-        """Launches DBOS on the running loop (recovering runs) and applies the schedules."""
-        self.engine.install()
-        self.service.attach(self.engine)
+        """Binds the service and the ``workflow_run`` tools; launches DBOS now if it may have
+        work at once (see the module docstring), else at the first run."""
+        self._stopped = False
+        self.service.attach(self._launch)
         _bind_tools(self._gateway, self.service)
+        if self._config.workflows.database_url or self.service.needs_engine_now():
+            await self._launch()
+
+    async def _launch(self) -> Engine:
+        """Launches DBOS on the running loop (recovering runs) and applies the schedules,
+        once; the engine."""
+        async with self._launching:
+            if self.engine is not None:
+                return self.engine
+            if self._stopped:
+                raise ConfigError("the workflow engine is not running (the server is stopping)")
+            # Imported in a thread: DBOS's imports take about a second, and the event loop
+            # goes on serving meanwhile.
+            module = await asyncio.to_thread(importlib.import_module, "sandgate.workflows.engine")
+            engine: Engine = module.Engine(
+                self.service.records,
+                self._executors,
+                create_child=self.service.create_child,
+                create_scheduled=self.service.start_scheduled,
+            )
+            engine.install()
+            try:
+                await self._launch_dbos()
+            except BaseException:
+                engine.uninstall()
+                raise
+            self.engine = engine
+            return engine
+
+    async def _launch_dbos(self) -> None:
+        from dbos import DBOS
+
         url = system_database_url(self._config)
         settings: Any = {
             "name": "sandgate",
@@ -127,13 +162,23 @@ class WorkflowRuntime:
         log.info("workflows.started", database=_redacted(url), workflows=len(self.service._shared))
 
     async def stop(self) -> None:
+        async with self._launching:  # a launch under way finishes first
+            self._stopped = True
         if self._launched:
+            from dbos import DBOS
+
             await asyncio.to_thread(DBOS.destroy, workflow_completion_timeout_sec=0)
             self._launched = False
         _bind_tools(self._gateway, None)
-        Engine.uninstall()
+        if self.engine is not None:
+            self.engine.uninstall()
+            self.engine = None
 
     def _apply_schedules(self) -> None:
+        from dbos import DBOS
+
+        from sandgate.workflows.engine import _scheduled_workflow
+
         wanted = {f"{_SCHEDULE_PREFIX}{w.name}": w for w in self.service.scheduled()}
         for existing in DBOS.list_schedules():
             name = existing["schedule_name"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,7 +41,6 @@ from sandgate.errors import (
     NotFound,
 )
 from sandgate.store import WorkflowRecords, WorkflowRun, WorkflowStepRecord
-from sandgate.workflows.engine import Engine
 from sandgate.workflows.graph import compile_graph
 from sandgate.workflows.state import (
     FINAL_RUN_STATES,
@@ -53,6 +52,7 @@ from sandgate.workflows.state import (
 
 if TYPE_CHECKING:
     from sandgate.store import Store, WorkflowEvent
+    from sandgate.workflows.engine import Engine
 
 __all__ = ["Definition", "WorkflowService", "load_files"]
 
@@ -90,10 +90,22 @@ class WorkflowService:
                 )
             self._shared[workflow.name] = Definition(self._checked(workflow), "file")
         self.engine: Engine | None = None
+        self._launch: Callable[[], Awaitable[Engine]] | None = None
 
-    def attach(self, engine: Engine) -> None:
-        self.engine = engine
+    def attach(self, launch: Callable[[], Awaitable[Engine]]) -> None:
+        """Binds the service to the running loop; ``launch()`` gives the engine, starting it
+        the first time (the runtime starts it at once when runs may need recovering)."""
+        self._launch = launch
         self._loop = asyncio.get_running_loop()
+
+    def needs_engine_now(self) -> bool:
+        """Whether the engine must start with the server rather than at the first run: it
+        has shared (config or file) workflows, which may be scheduled, or runs that are not
+        final, which it recovers."""
+        if self._shared:
+            return True
+        live = [s.value for s in RunState if s not in FINAL_RUN_STATES]
+        return bool(self.records.runs(states=live, limit=1))
 
     # -- definitions ----------------------------------------------------------------------
 
@@ -186,7 +198,7 @@ class WorkflowService:
         self._check_agents(definition.workflow, principal.team_id)
         self.records.add_run(run, _step_rows(run.id, definition.workflow))
         log.info("workflow.run_started", run=run.id, workflow=name, trigger=trigger, agent=agent)
-        await self._engine().start(run.id, 1)
+        await (await self._engine()).start(run.id, 1)
         return run
 
     async def start_for_tool(
@@ -311,7 +323,8 @@ class WorkflowService:
         run = self.run(principal, run_id)
         if RunState(run.state) in FINAL_RUN_STATES:
             raise Conflict(f"cannot cancel workflow run {run_id}: it is {run.state}")
-        await self._engine().cancel(run.id, run.attempt)
+        engine = await self._engine()
+        await engine.cancel(run.id, run.attempt)
         self.records.move_run(
             run.id,
             RunState.CANCELLED.value,
@@ -333,7 +346,7 @@ class WorkflowService:
                 approval = (step.detail or {}).get("approval")
                 if approval:
                     with contextlib.suppress(Conflict, NotFound):
-                        self._engine().executors.gateway.approvals.decide(
+                        engine.executors.gateway.approvals.decide(
                             approval, approve=False, by="workflow-cancelled"
                         )
         for child in self.records.runs(
@@ -370,7 +383,7 @@ class WorkflowService:
         if not moved:
             raise Conflict(f"workflow run {run_id} changed meanwhile; look again")
         log.info("workflow.run_retried", run=run.id, attempt=attempt)
-        await self._engine().start(run.id, attempt)
+        await (await self._engine()).start(run.id, attempt)
         return self.run(principal, run_id)
 
     async def wait(self, run_id: str, timeout_s: float | None = None) -> WorkflowRun:
@@ -426,7 +439,9 @@ class WorkflowService:
         for wake in list(self._listeners.get(run_id, [])):
             loop.call_soon_threadsafe(wake.set)
 
-    def _engine(self) -> Engine:
+    async def _engine(self) -> Engine:
+        if self.engine is None and self._launch is not None:
+            self.engine = await self._launch()
         if self.engine is None:
             raise ConfigError("the workflow engine is not running")
         return self.engine

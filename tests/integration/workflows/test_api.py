@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -308,3 +309,74 @@ def test_a_sandbox_of_the_team_is_unaffected(one: WorkflowsEnv) -> None:
     created = create(one.server.url, one.server.api_key, timeout=120, metadata={"purpose": "check"})
     httpx.delete(f"{one.server.url}/sandboxes/{created['sandboxID']}", headers=one.headers())
     assert created["sandboxID"]
+
+
+LAZY_CONFIG = """
+tools:
+  - {name: kv, kind: builtin}
+  - name: gate
+    kind: exec
+    command:
+      - /bin/sh
+      - -c
+      - "while [ ! -e \\"$1\\" ]; do sleep 0.05; done; echo '{}'"
+      - sh
+      - "{path}"
+    parameters: {type: object, properties: {path: {type: string}}, required: [path]}
+    timeout_s: 120
+policy:
+  rules:
+    - id: workflows-may-call
+      effect: allow
+      subject: {metadata: {sandgate.workflow: "*"}}
+"""
+
+
+def test_the_engine_starts_at_the_first_run_when_nothing_needs_it_sooner(
+    sandgate_server_factory: ServerFactory,
+) -> None:
+    """No shared workflows and no unfinished runs: DBOS is not started with the server (it
+    would cost every start its imports) but at the first run, which then completes; after a
+    restart the API-defined workflow runs again the same way."""
+    server = sandgate_server_factory(config=LAZY_CONFIG)
+    env = WorkflowsEnv(server, "sqlite", "auto")
+    assert "workflows.started" not in server.log_text()
+    body = {
+        "steps": [{"id": "a", "kind": "tool", "tool": "kv", "arguments": {"op": "get", "key": "k"}}]
+    }
+    put = httpx.put(f"{server.url}/v1/workflows/lazy", json=body, headers=env.headers())
+    assert put.status_code == 200, put.text
+
+    for attempt in ("first start", "after a restart"):
+        assert "workflows.started" not in server.log_text().rsplit("=== start", 1)[-1], attempt
+        started = env.start("lazy")
+        env.events(started["id"])  # follows the run until it ends
+        run = env.get(started["id"])
+        assert run["state"] == "completed", (attempt, run)
+        assert "workflows.started" in server.log_text().rsplit("=== start", 1)[-1], attempt
+        server.restart()
+
+
+def test_a_run_left_unfinished_starts_the_engine_with_the_server(
+    sandgate_server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    """No shared workflows, but a run of an API-defined one was under way when the server
+    died: the next start launches DBOS at once (before any request) and recovers the run."""
+    server = sandgate_server_factory(config=LAZY_CONFIG)
+    env = WorkflowsEnv(server, "sqlite", "auto")
+    gate = tmp_path / "open"
+    body = {
+        "steps": [{"id": "wait", "kind": "tool", "tool": "gate", "arguments": {"path": str(gate)}}]
+    }
+    put = httpx.put(f"{server.url}/v1/workflows/gated", json=body, headers=env.headers())
+    assert put.status_code == 200, put.text
+    started = env.start("gated")
+    env.wait_for(started["id"], lambda r: env.step(r, "wait")["state"] == "running")
+
+    server.kill()
+    server.start()
+    assert "workflows.started" in server.log_text().rsplit("=== start", 1)[-1]
+    gate.touch()
+    env.events(started["id"])
+    run = env.get(started["id"])
+    assert run["state"] == "completed", run

@@ -24,19 +24,17 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
 
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
-from sandgate.access import Principal
 from sandgate.agents.execution import LANGUAGES, SandboxCode
 from sandgate.agents.steps import CodeStep
+from sandgate.api.mcp.caller import McpCaller
 from sandgate.errors import InvalidArguments, SandboxUnavailable, SandgateError
 from sandgate.guest.client import Ended, GuestError, Output
-from sandgate.policy import Subject
 from sandgate.sandboxes import CreateRequest, SandboxService
 from sandgate.tools import AGENT_METADATA_KEY, Gateway
 from sandgate.tools.validation import validate_arguments
@@ -97,24 +95,6 @@ _SANDBOX_TOOLS = [
 
 
 _SANDBOX_SCHEMAS = {tool.name: tool.input_schema for tool in _SANDBOX_TOOLS}
-
-
-@dataclass(frozen=True)
-class McpCaller:
-    """Who an MCP request acts as: a principal, and the agent whose tools and policy apply."""
-
-    principal: Principal
-    agent: str | None
-
-    @property
-    def subject(self) -> Subject:
-        """The policy and audit subject of the caller's gateway calls (``mcp-<key id>``)."""
-        return Subject(
-            sandbox_id=f"mcp-{self.principal.api_key_id}",
-            team_id=self.principal.team_id,
-            api_key_id=self.principal.api_key_id,
-            agent=self.agent,
-        )
 
 
 #: Answers who made the request in ``ctx``; raises ``SandgateError`` (e.g. ``Unauthenticated``).

@@ -1,0 +1,185 @@
+"""How long ``sandgate serve`` takes from its exec to its first healthy ``/health``.
+
+The test suite starts a real server a few hundred times, so this time is paid again and again.
+Each sample execs ``python -m sandgate serve`` on a prepared home (config, store and key made
+once, by the tests' server factory) and polls ``GET /health`` every 5 ms until it answers 200;
+the server is then stopped with SIGTERM (not timed). Baselines in the same run:
+
+* ``python -c pass``: the interpreter alone, exec to exit;
+* ``python -c "import sandgate.api.app"``: the server's imports alone, exec to exit.
+
+Two configurations: the default one (nothing optional configured) and one with a workflow,
+an MCP tool and an agent configured, which loads the parts the default one leaves unimported.
+
+Usage: ``uv run python bench/serve_start.py [--samples 15]``. Writes
+``bench/results/serve_start.json`` and the "Server start" section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.fixtures.server import RunningServer, ServerFactory
+
+from bench._report import ROOT, machine, summary_ms, write_section
+
+POLL_S = 0.005
+MCP_SERVER = ROOT / "tests" / "integration" / "tools" / "mcp_server.py"
+
+FEATURES_CONFIG = f"""
+tools:
+  - {{name: kv, kind: builtin}}
+  - name: echo
+    kind: mcp
+    transport: stdio
+    command: [{sys.executable}, {MCP_SERVER}]
+policy:
+  rules:
+    - {{id: bench, effect: allow, tool: kv, action: get}}
+agents:
+  - id: helper
+    model: bench-model
+workflows:
+  - name: one
+    steps:
+      - {{id: a, kind: tool, tool: kv, arguments: {{op: get, key: a}}}}
+"""
+
+
+Samples = tuple[list[float], list[float]]
+
+
+def process_time(argv: list[str], samples: int) -> Samples:
+    """Exec to exit of ``argv``: wall time, and CPU time (user + system) of the process."""
+    times, cpu = [], []
+    for _ in range(samples):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+        times.append(time.perf_counter() - started)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return times, cpu
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU time so far of a live process (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def serve_time(server: RunningServer, samples: int) -> Samples:
+    """Exec of ``sandgate serve`` to its first 200 on ``/health``: wall time, and the server
+    process's CPU time at that moment (less sensitive to a busy machine than wall time)."""
+    argv = [sys.executable, "-m", "sandgate", "serve", *server.args]
+    times, cpu = [], []
+    with httpx.Client(timeout=2.0) as http:
+        for _ in range(samples):
+            started = time.perf_counter()
+            with server.log_path.open("ab") as log:
+                process = subprocess.Popen(
+                    argv,
+                    env=server.server_env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            try:
+                while True:
+                    if process.poll() is not None:
+                        raise SystemExit(f"sandgate serve exited; see {server.log_path}")
+                    try:
+                        if http.get(f"{server.url}/health").status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    time.sleep(POLL_S)
+                times.append(time.perf_counter() - started)
+                cpu.append(_cpu_s(process.pid))
+            finally:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=60)
+    return times, cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--samples", type=int, default=15)
+    args = parser.parse_args()
+    python = sys.executable
+    factory = ServerFactory(Path(tempfile.mkdtemp(prefix="sg-bench-start-")))
+    try:
+        default = factory()
+        default.stop()
+        features = factory(
+            config=FEATURES_CONFIG,
+            extra_env={"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "bench"},
+        )
+        features.stop()
+        results = {
+            "python -c pass": process_time([python, "-c", "pass"], args.samples),
+            "import sandgate.api.app": process_time(
+                [python, "-c", "import sandgate.api.app"], args.samples
+            ),
+            "serve → healthy (default config)": serve_time(default, args.samples),
+            "serve → healthy (workflow, MCP tool, agent)": serve_time(features, args.samples),
+        }
+    finally:
+        factory.close()
+    summaries = {name: summary_ms(wall) for name, (wall, _) in results.items()}
+    cpu = {name: summary_ms(used) for name, (_, used) in results.items()}
+    base = cpu["python -c pass"]["p50"]
+    load = os.getloadavg()[0]
+    out = ROOT / "bench" / "results" / "serve_start.json"
+    out.write_text(
+        json.dumps({"machine": machine(), "load_1m": load, "wall": summaries, "cpu": cpu}, indent=2)
+        + "\n"
+    )
+    rows = "\n".join(
+        f"| {name} | {s['p50']:.0f} | {s['p95']:.0f} | {cpu[name]['p50']:.0f} "
+        f"| {cpu[name]['p50'] / base:.1f}x |"
+        for name, s in summaries.items()
+    )
+    print(rows)
+    write_section(
+        "Server start",
+        f"""
+Measured {datetime.now(UTC).isoformat(timespec="seconds")} on {machine()} (1-minute load
+average {load:.1f} at the end). Each sample execs `python -m sandgate serve` on a prepared home
+(SQLite store, runtime `auto`) and polls `GET /health` every 5 ms until it answers 200; the
+baselines are the bare interpreter and the server's imports alone, exec to exit, in the same
+run. CPU is the process's user + system time at that moment (all threads; not the MCP
+server it starts): on a shared, busy machine it moves much less than wall time.
+Reproduce: `uv run python bench/serve_start.py --samples {args.samples}`.
+
+| exec → ready (ms, n={args.samples}) | wall p50 | wall p95 | CPU p50 | CPU / `python -c pass` |
+|---|---|---|---|---|
+{rows}
+
+The test suite starts a real server a few hundred times; what the server imports before it
+serves is paid each time. Optional parts are imported when they are configured or first
+used: the MCP SDK when an `mcp` tool is configured or at the first `/v1/mcp` request, DBOS
+when workflows may have work at start (shared workflows, unfinished runs, an explicit
+`workflows.database_url`) or at the first run, a model provider's SDK when an agent first
+calls it.
+""",
+    )
+
+
+if __name__ == "__main__":
+    main()
