@@ -262,6 +262,28 @@ def test_AUTH_02_bad_keys_get_one_identical_answer(
     }
 
 
+def test_AUTH_02_an_access_token_bearer_is_an_api_key_and_nothing_more(
+    sandgate_server: RunningServer,
+) -> None:
+    # E2B_ACCESS_TOKEN (the E2B CLI 1.x's credential) carries a Sandgate API key.
+    url, key = sandgate_server.url, sandgate_server.api_key
+    listed = httpx.get(f"{url}/v2/sandboxes", headers={"Authorization": f"Bearer {key}"})
+    assert listed.status_code == 200, listed.text
+    teams = httpx.get(f"{url}/teams", headers={"Authorization": f"bearer {key}"})
+    assert teams.status_code == 200 and teams.json()[0]["apiKey"] == key
+    refusals = (
+        {"Authorization": f"Bearer {key}x"},
+        {"Authorization": f"Basic {key}"},
+        {"Authorization": key},
+        # X-API-Key is the credential when both are sent, never a fallback to the other.
+        {"X-API-Key": "not-a-key", "Authorization": f"Bearer {key}"},
+    )
+    for headers in refusals:
+        refused = httpx.get(f"{url}/v2/sandboxes", headers=headers)
+        assert refused.status_code == 401, headers
+        assert refused.json()["error_code"] == "unauthenticated"
+
+
 def test_AUTH_02_revoked_key_is_refused_at_once(sandgate_server: RunningServer) -> None:
     key = sandgate_server.create_key("short-lived")
     ok = httpx.get(f"{sandgate_server.url}/v2/sandboxes", headers={"X-API-Key": key["key"]})

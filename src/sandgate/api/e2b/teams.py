@@ -33,7 +33,7 @@ from fastapi import APIRouter, Header, Response
 from fastapi.responses import JSONResponse
 
 from sandgate.access import Principal
-from sandgate.api.auth import Caller
+from sandgate.api.auth import Caller, presented_key
 from sandgate.api.e2b.metrics import iso_ms
 from sandgate.api.strict import QueryInt
 from sandgate.errors import Forbidden, InvalidRequest
@@ -111,12 +111,16 @@ def build_teams_router(store: Store) -> APIRouter:
 
     @router.get("/teams")
     async def teams(
-        caller: Caller, x_api_key: Annotated[str | None, Header(alias="X-API-Key")] = None
+        caller: Caller,
+        x_api_key: Annotated[str | None, Header(alias="X-API-Key")] = None,
+        authorization: Annotated[str | None, Header()] = None,
     ) -> Response:
+        # The E2B CLI logs in with an access token and keeps the key this answers.
+        key = presented_key(x_api_key, authorization) or ""
         team = store.team(caller.team_id)
         name = team.name if team is not None else caller.team_id
         return JSONResponse(
-            [{"teamID": caller.team_id, "name": name, "apiKey": x_api_key or "", "isDefault": True}]
+            [{"teamID": caller.team_id, "name": name, "apiKey": key, "isDefault": True}]
         )
 
     async def series(
