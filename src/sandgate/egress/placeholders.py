@@ -21,8 +21,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
-import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +30,7 @@ from sandgate.config import SecretBinding
 from sandgate.egress.names import Host, canonical_host
 from sandgate.errors import ToolFailed
 from sandgate.secrets import SecretStore
+from sandgate.secrets.keyfile import install_key
 
 if TYPE_CHECKING:
     from sandgate.egress.transforms import HeaderTransforms
@@ -56,24 +55,7 @@ class SecretUnavailable(Exception):
 
 def load_key(path: Path) -> bytes:
     """The install's placeholder key, created (0600, atomically) on first use."""
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as file:
-        file.write(secrets.token_bytes(_KEY_BYTES))
-        file.flush()
-        os.fsync(file.fileno())
-    try:
-        os.link(temp, path)  # first writer wins; a concurrent one reads the winner's key
-    except FileExistsError:
-        pass
-    finally:
-        temp.unlink()
-    return path.read_bytes()
+    return install_key(path, _KEY_BYTES)
 
 
 def placeholder(key: bytes, sandbox_id: str, secret: str) -> str:

@@ -16,7 +16,6 @@ that asked for its host.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import secrets
 import ssl
 import tempfile
@@ -29,6 +28,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from sandgate.tls import write_private
 
 __all__ = ["CA_ENV", "EgressCA", "upstream_context"]
 
@@ -167,7 +168,7 @@ class EgressCA:
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
             .sign(key, hashes.SHA256())
         )
-        _write_private(
+        write_private(
             key_path,
             key.private_bytes(
                 serialization.Encoding.PEM,
@@ -177,13 +178,3 @@ class EgressCA:
         )
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         return key, cert
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    temp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    temp.replace(path)

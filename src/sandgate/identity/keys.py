@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from sandgate.errors import ConfigError
+from sandgate.secrets.keyfile import install_file
 
 __all__ = ["CURRENT_KEY", "PREVIOUS_KEY", "SigningKey", "load_signing_keys"]
 
@@ -58,36 +58,17 @@ def load_signing_keys(directory: Path) -> tuple[SigningKey, SigningKey | None]:
     """The current key (created on first use) and the previous one, if any. Raises
     ``ConfigError`` for a key file that others can read or that is not a P-256 key."""
     current = directory / CURRENT_KEY
-    if not current.exists():
-        _create(current)
+    install_file(current, _new_pem)  # created on first use, atomically, 0600
     previous = directory / PREVIOUS_KEY
     return _read(current), (_read(previous) if previous.exists() else None)
 
 
-def _create(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    pem = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+def _new_pem() -> bytes:
+    return ec.generate_private_key(ec.SECP256R1()).private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as file:
-        file.write(pem)
-        file.flush()
-        os.fsync(file.fileno())
-    try:
-        os.link(temp, path)  # first writer wins; a concurrent one reads the winner's key
-    except FileExistsError:
-        pass
-    finally:
-        temp.unlink()
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def _read(path: Path) -> SigningKey:

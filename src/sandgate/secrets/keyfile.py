@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["install_key"]
+__all__ = ["install_file", "install_key"]
 
 
 def install_key(path: Path, size: int = 32) -> bytes:
-    """The key at ``path``, created (0600, fsynced, atomically: a concurrent creator reads the
-    winner's) on first use. Raises ``OSError``."""
+    """The key at ``path``: ``size`` random bytes, created on first use (``install_file``).
+    Raises ``OSError``."""
+    return install_file(path, lambda: secrets.token_bytes(size))
+
+
+def install_file(path: Path, make: Callable[[], bytes]) -> bytes:
+    """The file at ``path``, created from ``make()`` on first use: 0600 in a 0700 directory,
+    fsynced with its directory, atomically (the first creator wins and a concurrent one reads
+    the winner's content). Raises ``OSError``."""
     try:
         return path.read_bytes()
     except FileNotFoundError:
@@ -25,7 +33,7 @@ def install_key(path: Path, size: int = 32) -> bytes:
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as file:
-        file.write(secrets.token_bytes(size))
+        file.write(make())
         file.flush()
         os.fsync(file.fileno())
     try:
@@ -34,4 +42,9 @@ def install_key(path: Path, size: int = 32) -> bytes:
         pass
     finally:
         temp.unlink()
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
     return path.read_bytes()
