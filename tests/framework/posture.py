@@ -32,3 +32,43 @@ def proc_status(pid: int) -> dict[str, str]:
         key, _, value = line.partition(":")
         fields[key] = value.strip()
     return fields
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and every process under it, read from ``/proc/<pid>/task/*/children``: a
+    check scoped to one sandbox (whose orphans are re-parented to its init) or one tool
+    never looks at other work on the host. Processes that end meanwhile are skipped."""
+    found: list[int] = []
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        found.append(pid)
+        for task in tasks:
+            try:
+                pending += [int(p) for p in (task / "children").read_text().split()]
+            except OSError:
+                continue
+    return found
+
+
+def started(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot), or None once it is gone or a zombie;
+    with the pid, it names one process even if the pid is used again."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def cmdline(pid: int) -> bytes:
+    """``pid``'s NUL-separated argv (empty once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

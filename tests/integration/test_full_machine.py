@@ -18,7 +18,7 @@ from sandgate.runtimes._uids import UID_BASE
 from tests.fixtures.runtimes import RuntimeView
 from tests.fixtures.server import RunningServer
 from tests.framework.envd import create, run
-from tests.framework.posture import proc_status
+from tests.framework.posture import cmdline, proc_status, process_tree
 
 SMALL_DISK_MIB = 64
 
@@ -272,25 +272,10 @@ def test_layer_survives_pause_resume_and_gateway_restart(
 
 def _find_descendant(root: int, cmdline_prefix: str) -> int:
     """A process under ``root`` whose command line starts with ``cmdline_prefix``."""
-    pending = [root]
-    while pending:
-        pid = pending.pop()
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            children = _children(pid)
-        except OSError:
-            continue
-        if cmdline.startswith(cmdline_prefix):
+    for pid in process_tree(root):
+        if cmdline(pid).decode(errors="replace").startswith(cmdline_prefix):
             return pid
-        pending += children
     raise AssertionError(f"no process {cmdline_prefix!r} under {root}")
-
-
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(p) for p in (task / "children").read_text().split()]
-    return found
 
 
 _TINY_PACKAGE = (

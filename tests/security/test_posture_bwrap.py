@@ -14,32 +14,19 @@ from sandgate.runtimes.bwrap import UID_BASE, UIDS_PER_SANDBOX
 from tests.fixtures.runtimes import RuntimeView
 from tests.fixtures.server import RunningServer
 from tests.framework.envd import create, run
-from tests.framework.posture import DEFAULT_MEMORY_LIMIT, proc_status
+from tests.framework.posture import DEFAULT_MEMORY_LIMIT, proc_status, process_tree, started
 
 pytestmark = pytest.mark.parametrize("runtime", ["bwrap"], indirect=True)
 
 MIB = 1024 * 1024
 
 
-def _children(pid: int) -> list[int]:
-    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    return [int(p) for p in text.split()]
-
-
-def _in_uid_range(base: int) -> list[int]:
-    """Live (not zombie: the host's init reaps bubblewrap's monitor when it gets to it)
-    processes running as a uid of the range starting at ``base``."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                uid = proc.stat().st_uid
-                state = proc_status(int(proc.name))["State"]
-            except (FileNotFoundError, ProcessLookupError, KeyError):
-                continue
-            if base <= uid < base + UIDS_PER_SANDBOX and not state.startswith("Z"):
-                found.append(int(proc.name))
-    return found
+def _processes(view: RuntimeView, sandbox_id: str) -> list[int]:
+    """The sandbox's live (not zombie: the host's init reaps bubblewrap's monitor when it gets
+    to it) processes: bubblewrap's monitor and everything under it."""
+    state = view.state(sandbox_id)
+    assert state is not None
+    return [pid for pid in process_tree(int(state["monitor_pid"])) if started(pid) is not None]
 
 
 def test_ESC_01_bwrap_moving_parts(
@@ -76,15 +63,6 @@ def test_ESC_01_bwrap_moving_parts(
     assert proc_status(monitor)["NoNewPrivs"] == "1"
 
 
-def _started(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        state = stat.rpartition(")")[2].split()[0]
-    except OSError:
-        return None
-    return None if state == "Z" else int(stat.rpartition(")")[2].split()[19])
-
-
 def _cgroup_dirs(pid: int) -> dict[str, Path]:
     found: dict[str, Path] = {}
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
@@ -104,7 +82,8 @@ def test_MT_06_sandboxes_get_disjoint_host_uid_ranges(
     other = create(runtime_server.url, runtime_server.api_key)
     try:
         bases = []
-        for sandbox in (runtime_sandbox, other):
+        sandboxes = (runtime_sandbox, other)
+        for sandbox in sandboxes:
             state = runtime_view.state(sandbox["sandboxID"])
             assert state is not None
             bases.append(int(state["uid_base"]))
@@ -117,10 +96,9 @@ def test_MT_06_sandboxes_get_disjoint_host_uid_ranges(
             assert result.exit_code == 0
         assert abs(bases[0] - bases[1]) >= UIDS_PER_SANDBOX
         # Each sandbox's user processes run as its own host uid (base + 1000).
-        for base in bases:
-            assert any(
-                Path(f"/proc/{pid}").stat().st_uid == base + 1000 for pid in _in_uid_range(base)
-            )
+        for base, sandbox in zip(bases, sandboxes, strict=True):
+            processes = _processes(runtime_view, sandbox["sandboxID"])
+            assert any(Path(f"/proc/{pid}").stat().st_uid == base + 1000 for pid in processes)
     finally:
         httpx.delete(
             f"{runtime_server.url}/sandboxes/{other['sandboxID']}",
@@ -143,16 +121,19 @@ def test_RES_10_kill_leaves_no_process_cgroup_or_mount(
     state = runtime_view.state(sandbox_id)
     assert state is not None
     base = int(state["uid_base"])
-    # Its processes, by pid and start time (the range may be claimed again at once by a sandbox
-    # of another test, so it is these processes that must be gone, not everything in it).
-    before = {pid: _started(pid) for pid in _in_uid_range(base)}
+    # Its processes, by pid and start time (a pid may be used again at once by other work, so
+    # it is these processes that must be gone).
+    before = {pid: started(pid) for pid in _processes(runtime_view, sandbox_id)}
+    assert all(
+        base <= Path(f"/proc/{pid}").stat().st_uid < base + UIDS_PER_SANDBOX for pid in before
+    )
     assert len(before) >= 4  # monitor, guest, worker, sleepers
     response = httpx.delete(
         f"{runtime_server.url}/sandboxes/{sandbox_id}",
         headers={"X-API-Key": runtime_server.api_key},
     )
     assert response.status_code == 204
-    assert [pid for pid, start in before.items() if _started(pid) == start] == []
+    assert [pid for pid, start in before.items() if started(pid) == start] == []
     assert not any(Path(p).exists() for p in state["cgroup"])
     assert runtime_view.state(sandbox_id) is None
     assert not Path(f"/run/sandgate-rt/stage/{sandbox_id}").exists()

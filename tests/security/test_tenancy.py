@@ -30,6 +30,7 @@ from tests.fixtures.runtimes import RuntimeView
 from tests.fixtures.server import RunningServer
 from tests.framework.envd import CommandResult, create, run
 from tests.framework.inside import run_python
+from tests.framework.posture import cmdline, started
 from tests.framework.sandbox_http import SandboxHttp, wait_for
 
 USERS = ["user", "root"]
@@ -56,17 +57,9 @@ def _sh(server: RunningServer, sandbox: dict[str, Any], command: str, **kw: Any)
     return run(server.url, sandbox["sandboxID"], sandbox["envdAccessToken"], command, **kw)
 
 
-def _host_pids(needle: bytes) -> list[int]:
-    """Host pids whose command line contains ``needle`` (NUL-separated argv)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+def _holding(view: RuntimeView, sandbox: dict[str, Any], needle: bytes) -> list[int]:
+    """The sandbox's processes whose command line contains ``needle`` (NUL-separated argv)."""
+    return [pid for pid in view.processes(sandbox["sandboxID"]) if needle in cmdline(pid)]
 
 
 def _alive(pid: int) -> bool:
@@ -77,13 +70,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _plant_sleep(server: RunningServer, sandbox: dict[str, Any]) -> tuple[str, int]:
+def _plant_sleep(
+    server: RunningServer, sandbox: dict[str, Any], view: RuntimeView
+) -> tuple[str, int]:
     """Starts ``sleep <unique>`` in the background; returns its argument and host pid."""
     marker = f"{3000 + secrets.randbelow(1000)}.{secrets.randbelow(10**9)}"
     started = _sh(server, sandbox, f"nohup sleep {marker} >/dev/null 2>&1 &")
     assert started.exit_code == 0, started
     pids = wait_for(
-        lambda: _host_pids(f"sleep\0{marker}\0".encode()), SETTLE_S, f"sleep {marker} on the host"
+        lambda: _holding(view, sandbox, f"sleep\0{marker}\0".encode()),
+        SETTLE_S,
+        f"sleep {marker} on the host",
     )
     assert len(pids) == 1, pids
     return marker, pids[0]
@@ -95,8 +92,8 @@ def test_MT_01_a_neighbours_processes_are_invisible_and_unkillable(
     runtime_neighbour: dict[str, Any],
     runtime_view: RuntimeView,
 ) -> None:
-    own_marker, _ = _plant_sleep(runtime_server, runtime_sandbox)
-    marker, sleep_pid = _plant_sleep(runtime_server, runtime_neighbour)
+    own_marker, _ = _plant_sleep(runtime_server, runtime_sandbox, runtime_view)
+    marker, sleep_pid = _plant_sleep(runtime_server, runtime_neighbour, runtime_view)
     init_pid = runtime_view.init_pid(runtime_neighbour["sandboxID"])
     script = rf"""
 import subprocess
@@ -136,7 +133,7 @@ def test_MT_02_no_ptrace_or_memory_reads_across_sandboxes(
     runtime_view: RuntimeView,
     user: str,
 ) -> None:
-    _, sleep_pid = _plant_sleep(runtime_server, runtime_neighbour)
+    _, sleep_pid = _plant_sleep(runtime_server, runtime_neighbour, runtime_view)
     init_pid = runtime_view.init_pid(runtime_neighbour["sandboxID"])
     script = rf"""
 PTRACE_ATTACH, PTRACE_SEIZE = 16, 0x4206
@@ -380,10 +377,22 @@ def test_MT_08_no_leftovers_for_the_next_sandbox(
             f"echo {secret} > /dev/shm/leftover; echo $MT08_LEFTOVER",
         )
         assert planted.stdout == f"{secret}\n", "the env var must be set in the old sandbox"
-        _, sleep_pid = _plant_sleep(runtime_server, old)
+        _, sleep_pid = _plant_sleep(runtime_server, old, runtime_view)
+        # Every process the old sandbox has, by pid and start time (a pid may be used again).
+        old_processes = {
+            pid: start
+            for pid in runtime_view.processes(old["sandboxID"])
+            if (start := started(pid)) is not None
+        }
+        assert sleep_pid in old_processes
     finally:
         assert _kill(runtime_server, old["sandboxID"]).status_code == 204
     wait_for(lambda: not _alive(sleep_pid), SETTLE_S, "the old sandbox's processes to end")
+    wait_for(
+        lambda: [pid for pid, start in old_processes.items() if started(pid) == start] == [],
+        SETTLE_S,
+        "every process of the old sandbox to end",
+    )
     wait_for(lambda: not runtime_view.exists(old["sandboxID"]), SETTLE_S, "the old sandbox to go")
     new = create(url, key, timeout=300)
     try:
@@ -402,7 +411,7 @@ def test_MT_08_no_leftovers_for_the_next_sandbox(
         assert seen.stdout.count("No such file or directory") == 3, seen.stdout
         assert secret not in seen.stdout and "MT08_LEFTOVER" not in seen.stdout
         assert "sleep " not in seen.stdout
-        assert _host_pids(secret.encode()) == []
+        assert _holding(runtime_view, new, secret.encode()) == []
         # The old sandbox's credential opens nothing: not the new sandbox, not the old id.
         for sandbox_id, refusal in ((new["sandboxID"], 401), (old["sandboxID"], 502)):
             stale = _data_plane_attempts(runtime_server, sandbox_id, old["envdAccessToken"])

@@ -17,9 +17,10 @@ import pytest
 from tests.fixtures.server import RunningServer, ServerFactory, free_port
 from tests.framework.envd import CommandResult, create, run
 
-#: The ``sleeper`` tool's sleep, a number no other program on the host is likely to sleep, so
-#: the test can look for its processes alone.
-SLEEP_S = f"30.{os.getpid()}{time.monotonic_ns() % 1000:03d}"
+#: The ``sleeper`` tool's sleep; the tool writes the host pids of its two processes to
+#: ``SLEEPER_PIDS``, so the test checks exactly those (and nothing else on the host) are gone.
+SLEEP_S = "30"
+SLEEPER_PIDS = Path(f"/tmp/sandgate-test-sleeper-{os.getpid()}-{time.monotonic_ns()}.pids")
 
 GATEWAY_CONFIG = """
 agents:
@@ -51,7 +52,7 @@ tools:
     secrets: [CANARY]
   - name: sleeper
     kind: exec
-    command: ["/bin/sh", "-c", "sleep {sleep_s} & sleep {sleep_s}"]
+    command: ["/bin/sh", "-c", "sleep {sleep_s} & echo $! $$ > {pids}; exec sleep {sleep_s}"]
     timeout_s: 1
   - name: big
     kind: exec
@@ -141,6 +142,7 @@ def tools_server(sandgate_server_factory: ServerFactory, mcp_http_port: int) -> 
     config = (
         GATEWAY_CONFIG.replace("{python}", sys.executable)
         .replace("{sleep_s}", SLEEP_S)
+        .replace("{pids}", str(SLEEPER_PIDS))
         .replace("{mcp_server}", str(MCP_SERVER))
         .replace("{mcp_port}", str(mcp_http_port))
     )

@@ -19,7 +19,8 @@ import pytest
 
 from tests.fixtures.server import RunningServer
 from tests.framework.envd import CommandResult
-from tests.integration.tools.conftest import CANARY, SLEEP_S
+from tests.framework.posture import started
+from tests.integration.tools.conftest import CANARY, SLEEPER_PIDS
 
 pytestmark = pytest.mark.docker
 
@@ -225,8 +226,10 @@ def test_timeout_kills_process_group_and_output_is_truncated(agent_sandbox: Make
     _, run = agent_sandbox("writer")
     slow = run("sleeper")
     assert slow.exit_code == 1 and "tool_timeout" in slow.stderr
-    # The tool's whole process group is gone (its sleep is a number only this session uses).
-    assert subprocess.run(["pgrep", "-f", f"sleep {SLEEP_S}"], capture_output=True).returncode == 1
+    # The tool's whole process group is gone: both of its processes (the pids it wrote down).
+    pids = [int(pid) for pid in SLEEPER_PIDS.read_text().split()]
+    assert len(pids) == 2
+    assert [pid for pid in pids if started(pid) is not None] == []
     big = run("big | tail -c 60")  # GW-13
     assert "[sandgate: output truncated at 1024 bytes]" in big.stdout
 
