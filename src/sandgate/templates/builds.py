@@ -43,6 +43,7 @@ from sandgate.errors import (
     RuntimeUnavailable,
     TemplateNotFound,
 )
+from sandgate.secrets.keyfile import install_key
 from sandgate.store import Template, TemplateBuild, TemplateRecords
 
 from ._context import ContextStore, UploadRejected
@@ -728,13 +729,7 @@ def _from_template(plan: BuildPlan, name: str) -> BuildPlan:
 def _upload_key(path: Path) -> bytes:
     """The key that signs upload URLs, made once (0600) and kept across restarts, so a URL
     handed out before a restart still works."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if not path.is_file():
-        temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-        temp.write_bytes(secrets.token_bytes(32))
-        temp.chmod(0o600)
-        temp.replace(path)
-    return path.read_bytes()
+    return install_key(path)
 
 
 def _new_id() -> str:
