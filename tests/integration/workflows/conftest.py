@@ -30,7 +30,8 @@ from tests.framework.model_server import ScriptedModelServer
 STORES = ("sqlite", "postgres")
 
 #: ``stamp`` sleeps and says when it started and ended (idempotent); ``charge`` is the same
-#: as a write (not idempotent); ``broken`` and ``broken_read`` fail (a write, a read).
+#: as a write (not idempotent), and ``charge_marked`` also creates the file ``mark`` the moment
+#: it begins to act; ``broken`` and ``broken_read`` fail (a write, a read).
 TOOLS = """
 tools:
   - name: kv
@@ -53,6 +54,15 @@ tools:
       type: object
       properties: {sleep: {type: number}, tag: {type: string}}
       required: [sleep, tag]
+    timeout_s: 60
+  - name: charge_marked
+    kind: exec
+    idempotent: false
+    command: ["/bin/sh", "-c", ": > \\"$3\\"; sleep $1; printf '{\\"charged\\": \\"%s\\"}' \\"$2\\"", "sh", "{sleep}", "{tag}", "{mark}"]
+    parameters:
+      type: object
+      properties: {sleep: {type: number}, tag: {type: string}, mark: {type: string}}
+      required: [sleep, tag, mark]
     timeout_s: 60
   - name: broken
     kind: exec
@@ -153,9 +163,10 @@ workflows:
       - {id: slow, kind: tool, tool: stamp, arguments: {sleep: 6, tag: slow}, depends_on: [first]}
       - {id: last, kind: tool, tool: charge, arguments: {sleep: 0, tag: last}, depends_on: [slow]}
   - name: pay
+    inputs: {type: object, properties: {mark: {type: string}}, required: [mark]}
     steps:
       - {id: first, kind: tool, tool: stamp, arguments: {sleep: 0, tag: first}}
-      - {id: transfer, kind: tool, tool: charge, arguments: {sleep: 6, tag: transfer}, depends_on: [first]}
+      - {id: transfer, kind: tool, tool: charge_marked, arguments: {sleep: 6, tag: transfer, mark: "${inputs.mark}"}, depends_on: [first]}
       - {id: last, kind: tool, tool: stamp, arguments: {sleep: 0, tag: last}, depends_on: [transfer]}
   - name: failing
     steps:

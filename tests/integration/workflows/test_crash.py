@@ -5,6 +5,7 @@ is not: the run stops as interrupted until someone retries it (issue 15, "Done w
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from tests.integration.workflows.conftest import WorkflowsEnv
 
@@ -29,9 +30,14 @@ def test_kill_9_during_an_idempotent_step_resumes_without_repeating(wf: Workflow
     assert run["attempt"] == 1
 
 
-def test_kill_9_during_a_write_stops_the_run_until_retried(wf: WorkflowsEnv) -> None:
-    started = wf.start("pay")
-    wf.wait_for(started["id"], lambda r: wf.step(r, "transfer")["state"] == "running")
+def test_kill_9_during_a_write_stops_the_run_until_retried(
+    wf: WorkflowsEnv, tmp_path: Path
+) -> None:
+    mark = tmp_path / "transfer-began"
+    started = wf.start("pay", {"mark": str(mark)})
+    # "running" is shown once the step is launched, a moment before it begins to act; a crash
+    # in that moment rightly runs it again (it did nothing). Kill only once it has acted.
+    wf.wait_for(started["id"], lambda r: mark.exists())
 
     wf.server.kill()
     wf.server.start()
