@@ -9,6 +9,8 @@ Scopes: a key made with ``scopes`` (``sandgate keys create --scope approvals``) 
 what those scopes name, for its own team; every other route refuses it with 403. A key
 without scopes may do everything its team may. Routes state the scope they accept when they
 authenticate (``authenticate_api_key(..., scope=...)``); the default accepts only full keys.
+A ``read`` key signs in to the web console (``sandgate.console``), which shows it every page
+and refuses it every action.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from sandgate.store import ApiKey, Store
 
 _KEY_PREFIX = "e2b_"
 #: Scopes a key can be limited to, and what each allows.
-SCOPES = {"approvals": "list and decide the team's approvals (an approver service)"}
+SCOPES = {
+    "approvals": "list and decide the team's approvals (an approver service)",
+    "read": "sign in to the web console read-only: see the team's pages, take no action",
+}
 _INVALID_KEY = "Invalid API key: check E2B_API_KEY (create one with `sandgate keys create`)"
 
 
@@ -99,8 +104,17 @@ def authenticate_api_key(
     scopes do not include ``scope``."""
     if not presented:
         raise Unauthenticated("Missing API key: set E2B_API_KEY (see `sandgate env`)")
-    row = store.api_key_by_hash(hash_secret(presented.strip()))
-    if row is None or row.revoked_at is not None or presented != presented.strip():
+    if presented != presented.strip():
+        raise Unauthenticated(_INVALID_KEY)
+    return authenticate_key_hash(store, hash_secret(presented), scope=scope)
+
+
+def authenticate_key_hash(store: Store, key_hash: str, *, scope: str | None = None) -> Principal:
+    """``authenticate_api_key`` for a key known by its digest (a console session keeps the
+    digest, never the key, and checks it again on every request, so a revoked key's
+    sessions end at once). Raises ``Unauthenticated`` or ``Forbidden`` as that does."""
+    row = store.api_key_by_hash(key_hash)
+    if row is None or row.revoked_at is not None:
         raise Unauthenticated(_INVALID_KEY)
     scopes = frozenset(row.scopes.split(",")) if row.scopes else None
     # SECURITY: a scoped key is refused everywhere but the routes of its scopes.

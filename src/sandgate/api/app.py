@@ -43,6 +43,7 @@ from sandgate.api.v1.agents import build_agents_router
 from sandgate.api.v1.workflows import build_workflows_router
 from sandgate.approvals import ApprovalState
 from sandgate.config import Config
+from sandgate.console import Console
 from sandgate.errors import SandgateError, TemplateNotFound
 from sandgate.observability import tracing
 from sandgate.observability.edge import Edge
@@ -166,6 +167,17 @@ class Application:
         # -- MCP over streamable HTTP: /v1/mcp, same keys; sessions in _lifespan ----------
         self.mcp = McpHttp(self.sandboxes, self.gateway, store, self.agents.agent)
         control.router.routes.append(Route(MCP_PATH, self.mcp, name="mcp"))
+
+        # -- the operator console: /ui (its own sessions, CSRF and HTML errors) ------------
+        self.console = Console(
+            store=store,
+            sandboxes=self.sandboxes,
+            gateway=self.gateway,
+            agents=self.agents,
+            workflows=self.workflows.service,
+            runtime=runtime.name,
+        )
+        control.mount("/ui", self.console.app)
 
         @control.get("/health")
         async def health() -> dict[str, Any]:

@@ -17,7 +17,9 @@ envd) must have a strictly percent-encoded target (``api.strict.check_target``).
 
 WebSocket upgrades follow the same rules (and get the same JSON refusals, as HTTP responses to
 the upgrade): to a sandbox port they are relayed (``ws_relay``); to envd and the control plane,
-which serve none, they are refused, a foreign ``Origin`` first (AUTH-05).
+which serve none, they are refused, a foreign ``Origin`` first (AUTH-05); the one exception
+is the web console's terminal (``/ui/sandboxes/<id>/terminal``), passed on from its own
+origin only, where the console checks its session cookie.
 
 SECURITY: a sandbox id is never a credential. Every envd request except ``GET /health`` must
 carry the sandbox's access token (``X-Access-Token``), compared in constant time; a missing or
@@ -49,6 +51,8 @@ from sandgate.sandboxes import Route, SandboxService
 __all__ = ["ENVD_PORT", "Router", "parse_port"]
 
 ENVD_PORT: Final = 49983
+#: The control-plane paths that serve WebSockets: the web console's terminals.
+CONSOLE_WEBSOCKETS: Final = "/ui/sandboxes/"
 #: The first label of a ``Host`` that claims the ``<port>-<id>`` form, valid port or not:
 #: whatever precedes the first ``-`` (E2B splits there) and starts with a digit or a sign.
 _HOST: Final = re.compile(r"^([0-9+][^-]*|-[^-]*)-([a-z0-9]+)$")
@@ -122,6 +126,12 @@ class Router:
             await send_json(scope, send, exc.status, body)
             return
         if scope["type"] == "websocket" and (target is None or target[0] == ENVD_PORT):
+            # SECURITY (AUTH-05): the console's terminal is the one control-plane WebSocket;
+            # a foreign Origin is refused before it, and it checks Origin and session itself.
+            console = target is None and str(scope["path"]).startswith(CONSOLE_WEBSOCKETS)
+            if console and _foreign_origin(headers) is None:
+                await self._control(scope, receive, send)
+                return
             await _refuse_upgrade(scope, send, headers, "envd" if target else "control")
             return
         if target is None:

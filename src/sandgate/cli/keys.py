@@ -25,7 +25,8 @@ def create(
         list[str] | None,
         typer.Option(
             help="Limit the key to this scope (repeatable): approvals = list and decide the "
-            "team's approvals, nothing else (for an approver service). Default: a full key."
+            "team's approvals, nothing else (for an approver service); read = sign in to "
+            "the web console read-only. Default: a full key."
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,

@@ -283,6 +283,43 @@ class Store:
                 query = query.where(AuditEntry.team_id == team_id)
             return s.scalars(query.order_by(AuditEntry.seq).limit(limit)).all()
 
+    def search_audit(
+        self,
+        *,
+        team_id: str,
+        tool: str | None = None,
+        outcome: str | None = None,
+        agent: str | None = None,
+        sandbox_id: str | None = None,
+        event_prefix: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        before_seq: int | None = None,
+        limit: int = 100,
+    ) -> Sequence[AuditEntry]:
+        """A team's audit index rows, newest first (the console's search): exact matches on
+        the given fields, ``event_prefix`` on the event name (``egress.``), ``since``
+        inclusive, ``until`` exclusive, and ``before_seq`` (exclusive) to page back."""
+        with self.session() as s:
+            query = select(AuditEntry).where(AuditEntry.team_id == team_id)
+            for column, value in (
+                (AuditEntry.tool, tool),
+                (AuditEntry.outcome, outcome),
+                (AuditEntry.agent, agent),
+                (AuditEntry.sandbox_id, sandbox_id),
+            ):
+                if value is not None:
+                    query = query.where(column == value)
+            if event_prefix is not None:
+                query = query.where(AuditEntry.event.startswith(event_prefix, autoescape=True))
+            if since is not None:
+                query = query.where(AuditEntry.time >= since)
+            if until is not None:
+                query = query.where(AuditEntry.time < until)
+            if before_seq is not None:
+                query = query.where(AuditEntry.seq < before_seq)
+            return s.scalars(query.order_by(AuditEntry.seq.desc()).limit(limit)).all()
+
     def last_audit_entry(self) -> AuditEntry | None:
         with self.session() as s:
             return s.scalar(select(AuditEntry).order_by(AuditEntry.seq.desc()).limit(1))

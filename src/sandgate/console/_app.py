@@ -1,0 +1,489 @@
+"""The operator console: server-rendered pages under ``/ui`` (Jinja2, htmx for live parts).
+
+Trust: the browser and its user are the console's callers; the console trusts them exactly as
+much as the API key they signed in with. What is enforced here:
+
+* Every page and fragment needs a session (``_sessions``); every state-changing request
+  (``POST``) needs the session's CSRF token and a key that is not read-only. A ``read`` key
+  sees every page of its team and is refused every action with a message saying why.
+* Every read and action goes through the same service call the API uses with the same
+  principal, so a team sees and touches only its own sandboxes, approvals, runs and audit
+  records; another team's sandbox is a 404 here as there.
+* Pages are rendered with autoescaping: sandbox metadata, tool arguments and audit fields
+  are the sandbox's or the agent's words, never markup.
+* Responses carry a strict Content-Security-Policy (scripts and styles from this origin
+  only), ``X-Frame-Options: DENY`` and ``no-store`` caching.
+
+Not here: the terminal's WebSocket (``_terminal``), and the services' own rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlencode, urlsplit
+
+import structlog
+from starlette.applications import Starlette
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from sandgate.access import Principal, authenticate_api_key, hash_secret
+from sandgate.agents.runner import AgentRunner
+from sandgate.approvals import ApprovalState
+from sandgate.console._sessions import COOKIE, READ_SCOPE, ConsoleSession, SessionTable
+from sandgate.console._terminal import Terminal
+from sandgate.console._views import age, dag_levels, describe_event, parse_time, remaining
+from sandgate.errors import Forbidden, InvalidRequest, NotFound, SandgateError
+from sandgate.sandboxes import SandboxService
+from sandgate.store import KEPT_STATES, Store
+from sandgate.tools import Gateway
+from sandgate.workflows.service import WorkflowService
+
+__all__ = ["ASSETS_DIR", "Console"]
+
+log = structlog.get_logger("sandgate.console")
+
+_HERE: Final = Path(__file__).parent
+#: The npm project whose ``node_modules`` holds the third-party browser assets.
+ASSETS_DIR: Final = _HERE / "assets"
+#: Vendor files served under ``/ui/static/vendor/<name>``, by their path in ``node_modules``.
+VENDOR: Final = {
+    "htmx.min.js": "htmx.org/dist/htmx.min.js",
+    "xterm.js": "@xterm/xterm/lib/xterm.js",
+    "xterm.css": "@xterm/xterm/css/xterm.css",
+    "addon-fit.js": "@xterm/addon-fit/lib/addon-fit.js",
+}
+_HEADERS: Final = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
+        "base-uri 'none'; form-action 'self'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+_READ_ONLY: Final = (
+    "this API key is read-only (scope read): it may look at every page of its team but take "
+    "no action; sign in with a full key to {what}"
+)
+_BAD_CSRF: Final = (
+    "the form's CSRF token is missing or wrong (an old page, or a request from another "
+    "site): reload the page and try again"
+)
+_TIMEOUT_MAX_S: Final = 24 * 3600
+
+
+class _SignIn(Exception):
+    """No valid session: pages redirect to the sign-in page, fragments and actions 401."""
+
+
+class Console:
+    """The console's ASGI app (``app``), mounted by the server at ``/ui``."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        sandboxes: SandboxService,
+        gateway: Gateway,
+        agents: AgentRunner,
+        workflows: WorkflowService,
+        runtime: str,
+    ) -> None:
+        self._store = store
+        self._sandboxes = sandboxes
+        self._gateway = gateway
+        self._agents = agents
+        self._workflows = workflows
+        self._runtime = runtime
+        self.sessions = SessionTable(store)
+        self._pages = Jinja2Templates(directory=str(_HERE / "templates"))
+        self._pages.env.filters["age"] = age
+        self._pages.env.filters["remaining"] = remaining
+        self._pages.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True)
+        self._terminal = Terminal(self.sessions, sandboxes)
+        routes = [
+            Route("/", self._home),
+            Route("/login", self._login_page, methods=["GET"]),
+            Route("/login", self._login, methods=["POST"]),
+            Route("/logout", self._logout, methods=["POST"]),
+            Route("/sandboxes", self._sandboxes_page),
+            Route("/sandboxes/rows", self._sandbox_rows),
+            Route("/sandboxes/{sandbox_id}", self._sandbox_page),
+            Route("/sandboxes/{sandbox_id}/processes", self._processes),
+            Route("/sandboxes/{sandbox_id}/{action}", self._sandbox_action, methods=["POST"]),
+            WebSocketRoute("/sandboxes/{sandbox_id}/terminal", self._terminal.__call__),
+            Route("/approvals", self._approvals_page),
+            Route("/approvals/rows", self._approval_rows),
+            Route("/approvals/{approval_id}/{decision}", self._decide, methods=["POST"]),
+            Route("/audit", self._audit_page),
+            Route("/runs", self._runs_page),
+            Route("/runs/{run_id}", self._run_page),
+            Route("/workflows/{run_id}", self._workflow_page),
+            Route("/templates", self._templates_page),
+            Route("/static/vendor/{name}", self._vendor),
+            Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
+        ]
+        self.app = Starlette(
+            routes=routes,
+            exception_handlers={_SignIn: self._sign_in, SandgateError: self._error},
+        )
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def _session(self, request: Request) -> ConsoleSession:
+        session = self.sessions.get(request.cookies.get(COOKIE))
+        if session is None:
+            raise _SignIn
+        return session
+
+    async def _action(self, request: Request, what: str) -> tuple[ConsoleSession, FormData]:
+        """The session of a state-changing request, its CSRF token checked, and its form.
+
+        SECURITY: the token is checked before the role, so a forged request learns nothing;
+        a read-only key is refused here, before any service is called."""
+        session = self._session(request)
+        form = await request.form()
+        presented = form.get("csrf") or request.headers.get("x-csrf-token")
+        if not session.csrf_ok(presented if isinstance(presented, str) else None):
+            raise Forbidden(_BAD_CSRF)
+        if session.read_only:
+            raise Forbidden(_READ_ONLY.format(what=what))
+        return session, form
+
+    def _render(
+        self,
+        request: Request,
+        name: str,
+        session: ConsoleSession | None,
+        status: int = 200,
+        **context: Any,
+    ) -> HTMLResponse:
+        context.update(session=session, runtime=self._runtime, assets=_assets_missing())
+        response = self._pages.TemplateResponse(request, name, context, status_code=status)
+        response.headers.update(_HEADERS)
+        return response
+
+    async def _sign_in(self, request: Request, _: Exception) -> Response:
+        if request.method == "GET" and "hx-request" not in request.headers:
+            target = urlencode({"next": request.url.path})
+            return RedirectResponse(f"/ui/login?{target}", status_code=303, headers=_HEADERS)
+        response = HTMLResponse(
+            "<p class=error>Your console session ended: sign in again.</p>", status_code=401
+        )
+        response.headers.update({**_HEADERS, "HX-Redirect": "/ui/login"})
+        return response
+
+    async def _error(self, request: Request, exc: Exception) -> Response:
+        error = exc if isinstance(exc, SandgateError) else SandgateError(str(exc))
+        if "hx-request" in request.headers:
+            response = HTMLResponse(
+                self._pages.env.get_template("_error.html").render(error=error),
+                status_code=error.status,
+            )
+            response.headers.update(_HEADERS)
+            return response
+        session = self.sessions.get(request.cookies.get(COOKIE))
+        return self._render(request, "error.html", session, status=error.status, error=error)
+
+    async def _home(self, request: Request) -> Response:
+        return RedirectResponse("/ui/sandboxes", status_code=303)
+
+    async def _login_page(self, request: Request) -> Response:
+        return self._render(request, "login.html", None, next=_local(request, None))
+
+    async def _login(self, request: Request) -> Response:
+        """Signs in with an API key (full or ``read``). SECURITY: the key is read from the
+        form body only, never the URL; only a session id goes back, in the cookie."""
+        if _foreign(request):
+            raise Forbidden("sign-in refused: the form was posted from another site")
+        form = await request.form()
+        key = form.get("api_key")
+        try:
+            authenticate_api_key(
+                self._store, key if isinstance(key, str) else None, scope=READ_SCOPE
+            )
+        except SandgateError as exc:
+            return self._render(
+                request,
+                "login.html",
+                None,
+                status=exc.status,
+                error=exc.message,
+                next=_local(request, form.get("next")),
+            )
+        cookie, session = self.sessions.open(hash_secret(str(key)))
+        log.info("console.signed_in", key=session.principal.api_key_id, read_only=session.read_only)
+        response = RedirectResponse(_local(request, form.get("next")), status_code=303)
+        response.set_cookie(
+            COOKIE,
+            cookie,
+            max_age=int(session.expires - datetime.now(UTC).timestamp()),
+            path="/ui",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    async def _logout(self, request: Request) -> Response:
+        session = self._session(request)
+        form = await request.form()
+        presented = form.get("csrf")
+        if not session.csrf_ok(presented if isinstance(presented, str) else None):
+            raise Forbidden(_BAD_CSRF)
+        self.sessions.close(request.cookies.get(COOKIE))
+        response = RedirectResponse("/ui/login", status_code=303)
+        response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
+        return response
+
+    # -- sandboxes --------------------------------------------------------------------------
+
+    def _template_names(self, principal: Principal) -> dict[str, str]:
+        return {
+            t.id: t.display_name
+            for t in self._store.list_templates()
+            if t.team_id is None or t.team_id == principal.team_id
+        }
+
+    def _sandbox_list(self, request: Request, session: ConsoleSession) -> dict[str, Any]:
+        state = request.query_params.get("state") or ""
+        template = request.query_params.get("template") or ""
+        if state and state not in KEPT_STATES:
+            raise InvalidRequest(
+                f"unknown state {state[:40]!r}: use one of {', '.join(KEPT_STATES)}"
+            )
+        names = self._template_names(session.principal)
+        page = self._store.list_sandboxes(
+            session.principal.team_id, [state] if state else list(KEPT_STATES), {}, 500, None
+        )
+        rows = [
+            s
+            for s in page.sandboxes
+            if not template or names.get(s.template_id, s.template_id) == template
+        ]
+        return {
+            "sandboxes": rows,
+            "names": names,
+            "state": state,
+            "template": template,
+            "states": KEPT_STATES,
+            "query": urlencode({"state": state, "template": template}),
+        }
+
+    async def _sandboxes_page(self, request: Request) -> Response:
+        session = self._session(request)
+        listing = await asyncio.to_thread(self._sandbox_list, request, session)
+        return self._render(request, "sandboxes.html", session, **listing)
+
+    async def _sandbox_rows(self, request: Request) -> Response:
+        session = self._session(request)
+        listing = await asyncio.to_thread(self._sandbox_list, request, session)
+        return self._render(request, "_sandbox_rows.html", session, **listing)
+
+    async def _sandbox_page(self, request: Request) -> Response:
+        session = self._session(request)
+        row = self._sandboxes.get(session.principal, request.path_params["sandbox_id"])
+        names = self._template_names(session.principal)
+        return self._render(
+            request,
+            "sandbox.html",
+            session,
+            sandbox=row,
+            template=names.get(row.template_id, row.template_id),
+            done=request.query_params.get("done"),
+        )
+
+    async def _processes(self, request: Request) -> Response:
+        session = self._session(request)
+        row = self._sandboxes.get(session.principal, request.path_params["sandbox_id"])
+        route = self._sandboxes.route(row.id) if row.state == "running" else None
+        processes = await route.guest.list_processes() if route is not None else None
+        return self._render(request, "_processes.html", session, sandbox=row, processes=processes)
+
+    async def _sandbox_action(self, request: Request) -> Response:
+        sandbox_id = request.path_params["sandbox_id"]
+        action = request.path_params["action"]
+        actions: dict[str, Callable[[Principal, FormData], Awaitable[Any]]] = {
+            "kill": lambda p, _: self._sandboxes.kill(p, sandbox_id),
+            "pause": lambda p, _: self._sandboxes.pause(p, sandbox_id),
+            "resume": lambda p, f: self._sandboxes.connect(p, sandbox_id, _seconds(f)),
+            "timeout": lambda p, f: self._sandboxes.change_timeout(p, sandbox_id, _seconds(f)),
+        }
+        if action not in actions:
+            raise NotFound(f"no console action {action[:40]!r} on sandboxes")
+        session, form = await self._action(request, f"{action} sandboxes")
+        await actions[action](session.principal, form)
+        log.info(
+            "console.sandbox_action",
+            action=action,
+            sandbox=sandbox_id,
+            key=session.principal.api_key_id,
+        )
+        target = "/ui/sandboxes" if action == "kill" else f"/ui/sandboxes/{sandbox_id}"
+        return RedirectResponse(f"{target}?{urlencode({'done': action})}", status_code=303)
+
+    # -- approvals --------------------------------------------------------------------------
+
+    def _pending(self, principal: Principal) -> list[Any]:
+        return [
+            a
+            for a in self._gateway.approvals.list_approvals(ApprovalState.PENDING)
+            if a.subject.get("team") == principal.team_id
+        ]
+
+    async def _approvals_page(self, request: Request) -> Response:
+        session = self._session(request)
+        pending = await asyncio.to_thread(self._pending, session.principal)
+        return self._render(
+            request,
+            "approvals.html",
+            session,
+            approvals=pending,
+            done=request.query_params.get("done"),
+        )
+
+    async def _approval_rows(self, request: Request) -> Response:
+        session = self._session(request)
+        pending = await asyncio.to_thread(self._pending, session.principal)
+        return self._render(request, "_approval_rows.html", session, approvals=pending)
+
+    async def _decide(self, request: Request) -> Response:
+        approval_id = request.path_params["approval_id"]
+        decision = request.path_params["decision"]
+        if decision not in ("approve", "deny"):
+            raise NotFound(f"no console action {decision[:40]!r} on approvals")
+        session, _ = await self._action(request, f"{decision} calls")
+        approval = self._gateway.approvals.get(approval_id)
+        if approval.subject.get("team") != session.principal.team_id:
+            raise NotFound(f"approval '{approval_id}' not found")
+        self._gateway.approvals.decide(
+            approval_id,
+            approve=decision == "approve",
+            by=f"console:{session.principal.api_key_id}",
+        )
+        done = urlencode({"done": f"{approval_id} {decision}d"})
+        return RedirectResponse(f"/ui/approvals?{done}", status_code=303)
+
+    # -- audit ------------------------------------------------------------------------------
+
+    async def _audit_page(self, request: Request) -> Response:
+        session = self._session(request)
+        q = request.query_params
+        fields = {
+            k: (q.get(k) or "").strip()
+            for k in ("tool", "outcome", "agent", "sandbox", "kind", "since", "until", "before")
+        }
+        kinds = {"": None, "tool": "tool.", "egress": "egress.", "sandbox": "sandbox."}
+        if fields["kind"] not in kinds:
+            raise InvalidRequest("kind must be tool, egress or sandbox (or empty for all)")
+        before = fields["before"]
+        if before and not before.isdigit():
+            raise InvalidRequest("before must be a record number")
+        rows = await asyncio.to_thread(
+            self._store.search_audit,
+            team_id=session.principal.team_id,
+            tool=fields["tool"] or None,
+            outcome=fields["outcome"] or None,
+            agent=fields["agent"] or None,
+            sandbox_id=fields["sandbox"] or None,
+            event_prefix=kinds[fields["kind"]],
+            since=parse_time("since", fields["since"]),
+            until=parse_time("until", fields["until"]),
+            before_seq=int(before) if before else None,
+            limit=100,
+        )
+        older = urlencode({**fields, "before": rows[-1].seq}) if len(rows) == 100 else None
+        return self._render(
+            request,
+            "audit.html",
+            session,
+            rows=rows,
+            fields=fields,
+            health=self._gateway.audit.health,
+            older=older,
+        )
+
+    # -- runs, workflows, templates ---------------------------------------------------------
+
+    async def _runs_page(self, request: Request) -> Response:
+        session = self._session(request)
+        runs = await asyncio.to_thread(self._agents.list_runs, session.principal, limit=100)
+        flows = await asyncio.to_thread(self._workflows.runs, session.principal, limit=100)
+        return self._render(request, "runs.html", session, runs=runs, flows=flows)
+
+    async def _run_page(self, request: Request) -> Response:
+        session = self._session(request)
+        run = self._agents.run(session.principal, request.path_params["run_id"])
+        events = [describe_event(e.type, e.data) for e in self._agents.trace(run.id)]
+        return self._render(request, "run.html", session, run=run, events=events)
+
+    async def _workflow_page(self, request: Request) -> Response:
+        session = self._session(request)
+        run = self._workflows.run(session.principal, request.path_params["run_id"])
+        steps = self._workflows.steps(run.id)
+        return self._render(request, "workflow.html", session, run=run, levels=dag_levels(steps))
+
+    async def _templates_page(self, request: Request) -> Response:
+        session = self._session(request)
+        team = session.principal.team_id
+        rows = [t for t in self._store.list_templates() if t.team_id in (None, team)]
+        return self._render(request, "templates.html", session, templates=rows)
+
+    # -- assets -----------------------------------------------------------------------------
+
+    async def _vendor(self, request: Request) -> Response:
+        """A third-party asset from ``assets/node_modules`` (installed by ``npm ci``)."""
+        from starlette.responses import FileResponse
+
+        relative = VENDOR.get(request.path_params["name"])
+        if relative is None:
+            raise NotFound("no such console asset")
+        path = ASSETS_DIR / "node_modules" / relative
+        if not path.is_file():
+            raise NotFound(
+                f"console asset {request.path_params['name']} is not installed: run "
+                "scripts/console-assets (npm ci in src/sandgate/console/assets)"
+            )
+        return FileResponse(path, headers={"Cache-Control": "max-age=3600"})
+
+
+def _assets_missing() -> list[str]:
+    return [n for n, rel in VENDOR.items() if not (ASSETS_DIR / "node_modules" / rel).is_file()]
+
+
+def _seconds(form: FormData) -> int:
+    raw = form.get("timeout_s")
+    if not isinstance(raw, str) or not raw.strip().isdigit():
+        raise InvalidRequest("timeout must be a whole number of seconds, e.g. 300")
+    value = int(raw.strip())
+    if not 1 <= value <= _TIMEOUT_MAX_S:
+        raise InvalidRequest(f"timeout must be between 1 and {_TIMEOUT_MAX_S} seconds")
+    return value
+
+
+def _local(request: Request, target: Any) -> str:
+    """A redirect target inside the console only (no open redirect)."""
+    text = target if isinstance(target, str) else request.query_params.get("next", "")
+    if text.startswith("/ui/") and not text.startswith("//") and "\\" not in text:
+        return text
+    return "/ui/sandboxes"
+
+
+def _foreign(request: Request) -> bool:
+    """Whether a browser says the request comes from another site (``Origin`` not ours)."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    return urlsplit(origin).netloc.lower() != request.headers.get("host", "").lower()

@@ -1,0 +1,180 @@
+"""The web console in a real headless Chromium against a real ``sandgate serve``: sign in,
+the live sandbox list, the terminal, approvals, audit and a run's trace, on both runtimes.
+
+Screenshots of each page are written to ``$SANDGATE_CONSOLE_SCREENSHOTS`` when it is set
+(docs/console.md shows them); otherwise to the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.framework.model_server import code, text
+from tests.integration.console.conftest import ConsoleEnv, sign_in
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    target = os.environ.get("SANDGATE_CONSOLE_SCREENSHOTS")
+    directory = Path(target) if target else tmp_path
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def _kill(env: ConsoleEnv, sandbox_id: str) -> None:
+    with env.api() as api:
+        api.delete(f"/sandboxes/{sandbox_id}")
+
+
+def test_sign_in_refuses_a_wrong_key_and_sets_a_strict_http_only_cookie(
+    console_env: ConsoleEnv, page: Page, shots: Path
+) -> None:
+    page.goto(f"{console_env.server.url}/ui/sandboxes")
+    expect(page).to_have_url(re.compile(r"/ui/login"))
+    page.screenshot(path=str(shots / "login.png"))
+    page.fill("input[name=api_key]", "e2b_" + "0" * 40)
+    page.click("button[type=submit]")
+    expect(page.locator("#login-error")).to_contain_text("Invalid API key")
+    assert page.context.cookies() == []
+    sign_in(page, console_env)
+    (cookie,) = page.context.cookies()
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+    assert cookie["path"] == "/ui" and console_env.full_key not in cookie["value"]
+
+
+def test_a_sandbox_created_through_the_api_appears_without_reloading(
+    console_env: ConsoleEnv, page: Page, shots: Path
+) -> None:
+    sign_in(page, console_env)
+    page.evaluate("window.__same_page = true")
+    box = console_env.sandbox(metadata={"purpose": "console-live"})
+    try:
+        row = page.locator(f"tr[data-sandbox='{box['sandboxID']}']")
+        expect(row).to_be_visible()
+        expect(row).to_contain_text("running")
+        expect(row).to_contain_text("purpose=console-live")
+        assert page.evaluate("window.__same_page") is True  # no reload happened
+        page.screenshot(path=str(shots / "sandboxes.png"))
+        page.select_option("select[name=state]", "paused")
+        page.click("form.filters button")
+        expect(page.locator("#sandbox-rows")).to_contain_text("No sandboxes match the filter")
+    finally:
+        _kill(console_env, box["sandboxID"])
+
+
+def test_the_terminal_runs_echo_hi(console_env: ConsoleEnv, page: Page, shots: Path) -> None:
+    box = console_env.sandbox()
+    try:
+        sign_in(page, console_env)
+        page.goto(f"{console_env.server.url}/ui/sandboxes/{box['sandboxID']}")
+        expect(page.locator("#terminal-status")).to_have_text("Connected.")
+        expect(page.locator("#process-list")).to_contain_text("/bin/bash -i -l")
+        page.locator("#terminal").click()
+        page.keyboard.type("echo hi")
+        page.keyboard.press("Enter")
+        expect(page.locator(".xterm-rows > div", has_text=re.compile(r"^\s*hi\s*$"))).to_have_count(
+            1
+        )
+        page.screenshot(path=str(shots / "sandbox.png"))
+    finally:
+        _kill(console_env, box["sandboxID"])
+
+
+def test_approving_a_pending_call_lets_the_waiting_script_go_on_and_audit_finds_it(
+    console_env: ConsoleEnv, page: Page, shots: Path
+) -> None:
+    box = console_env.sandbox(metadata={"sandgate.agent": "approver"})
+    sandbox_id = box["sandboxID"]
+    try:
+        sign_in(page, console_env)
+        page.goto(f"{console_env.server.url}/ui/approvals")
+        call = console_env.run_in_thread(box, "kv set console:1 yes && kv get console:1")
+        card = page.locator("article.approval", has_text=sandbox_id)
+        expect(card).to_be_visible()  # arrived live: the page was open before the call
+        expect(card).to_contain_text("ask-before-writes")
+        expect(card.locator("pre.args")).to_contain_text('"key": "console:1"')
+        page.screenshot(path=str(shots / "approvals.png"))
+        card.locator("button.approve").click()
+        expect(page.locator("#done")).to_contain_text("approved")
+        call["thread"].join(120)
+        result = call["result"]
+        assert result.exit_code == 0 and "yes" in result.stdout
+
+        page.goto(f"{console_env.server.url}/ui/audit")
+        expect(page.locator("#chain strong")).to_have_text("ok")
+        page.fill("input[name=sandbox]", sandbox_id)
+        page.fill("input[name=tool]", "kv")
+        page.click("#audit-search button")
+        rows = page.locator("#audit-rows tbody tr")
+        expect(rows.filter(has_text="set")).to_have_count(1)
+        expect(rows.filter(has_text="set")).to_contain_text("ask-before-writes")
+        expect(rows.filter(has_text="get")).to_have_count(1)
+        page.screenshot(path=str(shots / "audit.png"))
+    finally:
+        _kill(console_env, sandbox_id)
+
+
+def test_a_read_only_key_sees_the_pages_and_its_action_is_refused(
+    console_env: ConsoleEnv, page: Page
+) -> None:
+    box = console_env.sandbox()
+    try:
+        sign_in(page, console_env, console_env.read_key)
+        expect(page.locator("#read-only")).to_be_visible()
+        page.goto(f"{console_env.server.url}/ui/sandboxes/{box['sandboxID']}")
+        expect(page.locator("#sandbox-state")).to_have_text("running")
+        page.click("#kill")
+        expect(page.locator("#error")).to_contain_text("read-only")
+        with console_env.api() as api:
+            assert api.get(f"/sandboxes/{box['sandboxID']}").json()["state"] == "running"
+    finally:
+        _kill(console_env, box["sandboxID"])
+
+
+def test_a_form_without_its_csrf_token_is_refused(console_env: ConsoleEnv, page: Page) -> None:
+    box = console_env.sandbox()
+    try:
+        sign_in(page, console_env)
+        url = f"{console_env.server.url}/ui/sandboxes/{box['sandboxID']}/kill"
+        response = page.request.post(url, form={}, max_redirects=0)
+        assert response.status == 403 and "CSRF" in response.text()
+        with console_env.api() as api:
+            assert api.get(f"/sandboxes/{box['sandboxID']}").json()["state"] == "running"
+    finally:
+        _kill(console_env, box["sandboxID"])
+
+
+def test_a_run_trace_shows_model_calls_code_and_the_answer(
+    console_env: ConsoleEnv, page: Page, shots: Path
+) -> None:
+    console_env.models.script("console-model", code("print(6 * 7)"), text("The answer is 42."))
+    with console_env.api() as api:
+        started = api.post("/v1/agents/console-agent/runs", json={"message": "what is 6*7?"})
+        assert started.status_code == 201, started.text
+        run_id = started.json()["id"]
+        with api.stream(
+            "GET", f"/v1/runs/{run_id}/events", timeout=httpx.Timeout(10, read=300)
+        ) as events:
+            for line in events.iter_lines():
+                if line in ("event: run.completed", "event: run.failed"):
+                    break
+    sign_in(page, console_env)
+    page.goto(f"{console_env.server.url}/ui/runs")
+    page.click(f"a[href='/ui/runs/{run_id}']")
+    trace = page.locator("#trace")
+    expect(trace.locator("li.card.code").first).to_contain_text("print(6 * 7)")
+    expect(trace.locator("li.card.code").nth(1)).to_contain_text("42")
+    expect(trace.locator("li.card.model").first).to_contain_text("prompt tokens")
+    expect(page.locator("#answer")).to_have_text("The answer is 42.")
+    page.screenshot(path=str(shots / "run.png"), full_page=True)
+    page.goto(f"{console_env.server.url}/ui/runs")
+    page.screenshot(path=str(shots / "runs.png"))
+    page.goto(f"{console_env.server.url}/ui/templates")
+    expect(page.locator("#templates")).to_contain_text("base")
+    page.screenshot(path=str(shots / "templates.png"))
