@@ -204,8 +204,10 @@ async def _refuse_upgrade(scope: Scope, send: Send, headers: dict[str, str], pla
     output are Connect-RPC streams over plain HTTP), so every upgrade there is refused.
 
     SECURITY (AUTH-05): one from a foreign ``Origin`` is refused first and as such (403), so a
-    future WebSocket route here cannot be reached cross-site from a browser; credentials are
-    headers only (never cookies), so a hostile page has no ambient authority to borrow.
+    future WebSocket route here cannot be reached cross-site from a browser; API credentials
+    are headers only (never cookies), so a hostile page has no ambient authority to borrow.
+    The console's terminal, the one upgrade passed on (``CONSOLE_WEBSOCKETS``), does use a
+    cookie (SameSite=Strict), which is why it needs this server's Origin.
     """
     origin = _foreign_origin(headers)
     if origin is not None:

@@ -198,6 +198,7 @@ class Console:
         return self._render(request, "error.html", session, status=error.status, error=error)
 
     async def _home(self, request: Request) -> Response:
+        self._session(request)
         return RedirectResponse("/ui/sandboxes", status_code=303)
 
     async def _login_page(self, request: Request) -> Response:
