@@ -115,8 +115,10 @@ def console_env(
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """Module-scoped: Playwright's sync API keeps an event loop running while it is open, so
+    it must close before the session's servers are torn down (their cleanup runs its own)."""
     chromium = shutil.which("chromium")
     if chromium is None:
         pytest.fail("Debian's chromium is not installed (scripts/test installs it)")

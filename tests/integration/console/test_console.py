@@ -178,3 +178,29 @@ def test_a_run_trace_shows_model_calls_code_and_the_answer(
     page.goto(f"{console_env.server.url}/ui/templates")
     expect(page.locator("#templates")).to_contain_text("base")
     page.screenshot(path=str(shots / "templates.png"))
+
+
+def test_pause_resume_timeout_and_kill_from_the_sandbox_page(
+    console_env: ConsoleEnv, page: Page
+) -> None:
+    box = console_env.sandbox()
+    sandbox_id = box["sandboxID"]
+    try:
+        sign_in(page, console_env)
+        page.goto(f"{console_env.server.url}/ui/sandboxes/{sandbox_id}")
+        page.click("#pause")
+        expect(page.locator("#sandbox-state")).to_have_text("paused")
+        with console_env.api() as api:
+            assert api.get(f"/sandboxes/{sandbox_id}").json()["state"] == "paused"
+        page.click("#resume")
+        expect(page.locator("#sandbox-state")).to_have_text("running")
+        page.fill("input[name=timeout_s]", "3000")
+        page.click("#set-timeout")
+        expect(page.locator("#sandbox-end")).to_contain_text("(in 49m)")
+        page.click("#kill")
+        expect(page).to_have_url(re.compile(r"/ui/sandboxes\?done=kill"))
+        expect(page.locator(f"tr[data-sandbox='{sandbox_id}']")).to_have_count(0)
+        with console_env.api() as api:
+            assert api.get(f"/sandboxes/{sandbox_id}").status_code == 404
+    finally:
+        _kill(console_env, sandbox_id)
