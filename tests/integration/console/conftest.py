@@ -28,6 +28,9 @@ agents:
     model: console-model
     budgets: {max_steps: 3}
   - id: approver
+secrets:
+  CONSOLE_CANARY:
+    env: SANDGATE_TEST_CONSOLE_CANARY
 tools:
   - name: kv
     kind: builtin
@@ -39,6 +42,10 @@ policy:
       tool: kv
       action: set
       approval_timeout_s: 300
+    - id: workflows-use-kv
+      effect: allow
+      subject: {metadata: {sandgate.workflow: "*"}}
+      tool: kv
     - id: approver-reads
       effect: allow
       subject: {agent: [approver, console-agent]}
@@ -47,6 +54,8 @@ policy:
 approvals:
   timeout_s: 300
 """
+#: A secret's value: the approval page must show it redacted, never as is.
+CANARY = "CONSOLE-CANARY-4b7d0e9a21c6"
 
 
 @dataclass
@@ -104,7 +113,11 @@ def console_env(
 ) -> ConsoleEnv:
     server = runtime_server_factory(
         config=CONSOLE_CONFIG,
-        extra_env={"OPENAI_BASE_URL": console_models.openai_url, "OPENAI_API_KEY": "sk-test"},
+        extra_env={
+            "OPENAI_BASE_URL": console_models.openai_url,
+            "OPENAI_API_KEY": "sk-test",
+            "SANDGATE_TEST_CONSOLE_CANARY": CANARY,
+        },
     )
     return ConsoleEnv(
         server=server,

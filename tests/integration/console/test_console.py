@@ -16,7 +16,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.framework.model_server import code, text
-from tests.integration.console.conftest import ConsoleEnv, sign_in
+from tests.integration.console.conftest import CANARY, ConsoleEnv, sign_in
 
 
 @pytest.fixture
@@ -94,17 +94,20 @@ def test_approving_a_pending_call_lets_the_waiting_script_go_on_and_audit_finds_
     try:
         sign_in(page, console_env)
         page.goto(f"{console_env.server.url}/ui/approvals")
-        call = console_env.run_in_thread(box, "kv set console:1 yes && kv get console:1")
+        call = console_env.run_in_thread(box, f"kv set console:1 yes-{CANARY} && kv get console:1")
         card = page.locator("article.approval", has_text=sandbox_id)
         expect(card).to_be_visible()  # arrived live: the page was open before the call
         expect(card).to_contain_text("ask-before-writes")
         expect(card.locator("pre.args")).to_contain_text('"key": "console:1"')
+        # The secret's value, passed as an argument, is shown redacted (never as is).
+        expect(card.locator("pre.args")).to_contain_text("yes-[REDACTED:CONSOLE_CANARY]")
+        assert CANARY not in page.content()
         page.screenshot(path=str(shots / "approvals.png"))
         card.locator("button.approve").click()
         expect(page.locator("#done")).to_contain_text("approved")
         call["thread"].join(120)
         result = call["result"]
-        assert result.exit_code == 0 and "yes" in result.stdout
+        assert result.exit_code == 0 and "yes-" in result.stdout
 
         page.goto(f"{console_env.server.url}/ui/audit")
         expect(page.locator("#chain strong")).to_have_text("ok")
@@ -204,3 +207,40 @@ def test_pause_resume_timeout_and_kill_from_the_sandbox_page(
             assert api.get(f"/sandboxes/{sandbox_id}").status_code == 404
     finally:
         _kill(console_env, sandbox_id)
+
+
+def test_a_workflow_run_is_drawn_as_its_dag_with_step_states(
+    console_env: ConsoleEnv, page: Page, shots: Path
+) -> None:
+    def kv(op: str, **extra: str) -> dict[str, object]:
+        return {"kind": "tool", "tool": "kv", "arguments": {"op": op, "key": "wf:a", **extra}}
+
+    definition = {
+        "steps": [
+            {"id": "write", **kv("set", value="1")},
+            {"id": "read_one", **kv("get"), "depends_on": ["write"]},
+            {"id": "read_two", **kv("get"), "depends_on": ["write"]},
+            {"id": "report", **kv("get"), "depends_on": ["read_one", "read_two"]},
+        ]
+    }
+    with console_env.api() as api:
+        assert api.put("/v1/workflows/console_dag", json=definition).status_code == 200
+        started = api.post("/v1/workflows/console_dag/runs", json={"inputs": {}})
+        assert started.status_code == 201, started.text
+        run_id = started.json()["id"]
+        with api.stream(
+            "GET", f"/v1/workflow-runs/{run_id}/events", timeout=httpx.Timeout(10, read=300)
+        ) as events:
+            for _ in events.iter_lines():
+                pass  # the stream ends when the run does
+        assert api.get(f"/v1/workflow-runs/{run_id}").json()["state"] == "completed"
+    sign_in(page, console_env)
+    page.goto(f"{console_env.server.url}/ui/runs")
+    page.click(f"a[href='/ui/workflows/{run_id}']")
+    levels = page.locator("#dag .level")
+    expect(levels).to_have_count(3)
+    expect(levels.nth(0).locator(".step")).to_have_count(1)
+    expect(levels.nth(1).locator(".step")).to_have_count(2)
+    expect(levels.nth(2).locator("[data-step=report]")).to_contain_text("read_one, read_two")
+    expect(page.locator("#dag .step .state", has_text="completed")).to_have_count(4)
+    page.screenshot(path=str(shots / "workflow.png"))
