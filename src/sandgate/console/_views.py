@@ -70,6 +70,10 @@ def describe_event(kind: str, data: dict[str, Any]) -> TraceCard:
         return TraceCard(
             "model", f"{prefix}model call", facts, [("reply", _text(data.get("text") or ""))]
         )
+    if kind == "model.request":
+        return TraceCard(
+            "model", f"{prefix}model request", [("messages", str(data.get("messages")))]
+        )
     if kind == "code.started":
         return TraceCard(
             "code",
