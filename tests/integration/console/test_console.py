@@ -173,7 +173,11 @@ def test_a_run_trace_shows_model_calls_code_and_the_answer(
     trace = page.locator("#trace")
     expect(trace.locator("li.card.code").first).to_contain_text("print(6 * 7)")
     expect(trace.locator("li.card.code").nth(1)).to_contain_text("42")
-    expect(trace.locator("li.card.model").first).to_contain_text("prompt tokens")
+    model_call = trace.locator("li.card.model", has_text="model call").first
+    expect(model_call).to_contain_text("prompt tokens")
+    expect(trace.locator("li.card.model", has_text="model request").first).to_contain_text(
+        "messages"
+    )
     expect(page.locator("#answer")).to_have_text("The answer is 42.")
     page.screenshot(path=str(shots / "run.png"), full_page=True)
     page.goto(f"{console_env.server.url}/ui/runs")
