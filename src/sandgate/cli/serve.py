@@ -93,7 +93,8 @@ def serve(
     console.print(
         f"Sandgate listening on {scheme}://{cfg.server.host}:{cfg.server.port} "
         f"(runtime {application.runtime.name}, data in {cfg.home_dir}).\n"
-        f'Client setup: eval "$({flags}uv run sandgate env)"'
+        f'Client setup: eval "$({flags}uv run sandgate env)"\n'
+        f"Web console: {scheme}://{cfg.server.host}:{cfg.server.port}/ui (sign in with an API key)"
     )
     # The CLI's API commands (`sandgate workflows ...`) find this server here, flags included.
     from sandgate.cli._client import server_url

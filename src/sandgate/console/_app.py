@@ -170,7 +170,7 @@ class Console:
         status: int = 200,
         **context: Any,
     ) -> HTMLResponse:
-        context.update(session=session, runtime=self._runtime, assets=_assets_missing())
+        context.update(session=session, runtime=self._runtime, assets=missing_assets(ASSETS_DIR))
         response = self._pages.TemplateResponse(request, name, context, status_code=status)
         response.headers.update(_HEADERS)
         return response
@@ -460,8 +460,10 @@ class Console:
         return FileResponse(path, headers={"Cache-Control": "max-age=3600"})
 
 
-def _assets_missing() -> list[str]:
-    return [n for n, rel in VENDOR.items() if not (ASSETS_DIR / "node_modules" / rel).is_file()]
+def missing_assets(directory: Path) -> list[str]:
+    """The vendor files not installed in ``directory`` (the npm project): the pages name them
+    and say how to install them."""
+    return [n for n, rel in VENDOR.items() if not (directory / "node_modules" / rel).is_file()]
 
 
 def _seconds(form: FormData) -> int:
