@@ -38,11 +38,13 @@ from starlette.templating import Jinja2Templates
 
 from sandgate.access import Principal, authenticate_api_key, hash_secret
 from sandgate.agents.runner import AgentRunner
+from sandgate.api.e2b.guest_rpc import guest_failure
 from sandgate.approvals import ApprovalState
 from sandgate.console._sessions import COOKIE, READ_SCOPE, ConsoleSession, SessionTable
 from sandgate.console._terminal import Terminal
 from sandgate.console._views import age, dag_levels, describe_event, parse_time, remaining
 from sandgate.errors import Forbidden, InvalidRequest, NotFound, SandgateError
+from sandgate.guest.client import GuestError
 from sandgate.sandboxes import SandboxService
 from sandgate.store import KEPT_STATES, Store
 from sandgate.tools import Gateway
@@ -310,7 +312,10 @@ class Console:
         session = self._session(request)
         row = self._sandboxes.get(session.principal, request.path_params["sandbox_id"])
         route = self._sandboxes.route(row.id) if row.state == "running" else None
-        processes = await route.guest.list_processes() if route is not None else None
+        try:
+            processes = await route.guest.list_processes() if route is not None else None
+        except GuestError as exc:  # stopped meanwhile: the fragment says so, the poll goes on
+            raise guest_failure(exc) from None
         return self._render(request, "_processes.html", session, sandbox=row, processes=processes)
 
     async def _sandbox_action(self, request: Request) -> Response:
