@@ -208,7 +208,10 @@ class ScriptedBotApi:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # a poll of a bot process that was killed meanwhile
 
         return Handler
 

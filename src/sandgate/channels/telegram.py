@@ -337,7 +337,11 @@ class TelegramChannel:
             self._follow(bot, chat_id, run.id, message.message_id), name=f"telegram-{run.id}"
         )
         self._runs[chat_id] = (run.id, task)
-        task.add_done_callback(lambda _: self._runs.pop(chat_id, None))
+        task.add_done_callback(lambda _: self._forget(chat_id, run.id))
+
+    def _forget(self, chat_id: int, run_id: str) -> None:
+        if self._runs.get(chat_id, ("", None))[0] == run_id:
+            del self._runs[chat_id]
 
     # -- following a run ------------------------------------------------------------------
 
@@ -356,6 +360,8 @@ class TelegramChannel:
                     await self._ask(bot, chat_id, event.data)
                 elif event.type in ("run.completed", "run.failed"):
                     typing.cancel()
+                    # The chat is free once its run is: the answer may be answered at once.
+                    self._runs.pop(chat_id, None)
                     await self._settle(bot, asked)
                     text = outcome_text(event.type, event.data, steps)
                     for n, part in enumerate(split_message(text)):
