@@ -12,6 +12,7 @@ Telegram answers a revoked token.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import threading
@@ -208,10 +209,9 @@ class ScriptedBotApi:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                try:
+                # A poll of a bot process that was killed meanwhile has no one to read it.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # a poll of a bot process that was killed meanwhile
 
         return Handler
 
