@@ -207,3 +207,24 @@ def test_a_refused_token_is_logged_and_retried_without_stopping_the_server(
         server.stop()
     finally:
         bot.stop()
+
+
+def test_cancel_stops_the_running_run(telegram_env: TelegramEnv) -> None:
+    env, bot = telegram_env, telegram_env.bot
+    env.models.reset()
+    env.models.script(
+        "tg-helper-model", code("import time\ntime.sleep(300)\nprint('never')"), text("late")
+    )
+    bot.message(LONG_USER, "Take your time.")
+    bot.wait_for(
+        lambda b: (
+            len(env.models.for_model("tg-helper-model")) == 1 and b.of("sendChatAction", LONG_USER)
+        ),
+        what="the run working",
+    )
+    bot.message(LONG_USER, "/cancel")
+    reply = _reply(bot, LONG_USER, "Cancelled.")
+    assert "late" not in reply and "never" not in reply
+    assert len(env.models.for_model("tg-helper-model")) == 1  # the model was not asked again
+    bot.message(LONG_USER, "/cancel")
+    _reply(bot, LONG_USER, "Nothing is running.")
