@@ -40,6 +40,7 @@ from telegram import (
     InlineKeyboardButton,
     InlineKeyboardMarkup,
     Message,
+    ReplyParameters,
     Update,
 )
 from telegram.constants import ChatAction
@@ -72,6 +73,8 @@ REFUSAL = (
     "Ask them to add your Telegram user id ({user}) to channels.telegram.allowed_users."
 )
 _UPDATES = ["message", "callback_query"]
+#: Tries to send one part of an answer while Telegram is unreachable (1 + 2 + 4 + 8 s apart).
+_DELIVERY_ATTEMPTS = 5
 
 
 @dataclass
@@ -360,20 +363,37 @@ class TelegramChannel:
                     await self._ask(bot, chat_id, event.data)
                 elif event.type in ("run.completed", "run.failed"):
                     typing.cancel()
-                    # The chat is free once its run is: the answer may be answered at once.
+                    # The chat is free once its run is: its next message may start one at once.
                     self._runs.pop(chat_id, None)
                     await self._settle(bot, asked)
                     text = outcome_text(event.type, event.data, steps)
                     for n, part in enumerate(split_message(text)):
-                        await bot.send_message(
-                            chat_id, part, reply_to_message_id=reply_to if n == 0 else None
-                        )
+                        await self._deliver(bot, chat_id, part, reply_to if n == 0 else None)
         except TelegramError as exc:
             log.error("telegram.reply_failed", chat=chat_id, run=run_id, error=str(exc))
         except Exception:  # our bug: logged; the run itself is the runner's and goes on
             log.exception("telegram.follow_crashed", chat=chat_id, run=run_id)
         finally:
             typing.cancel()
+
+    async def _deliver(self, bot: Bot, chat_id: int, text: str, reply_to: int | None) -> None:
+        """Sends one part of an answer, retrying while Telegram is unreachable or asks to
+        wait (the answer is the point of the run); a refusal (blocked bot, bad chat) is not
+        retried. The run's answer stays in its record either way."""
+        reply = None
+        if reply_to is not None:  # the question may have been deleted meanwhile
+            reply = ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
+        for attempt in range(_DELIVERY_ATTEMPTS):
+            try:
+                await bot.send_message(chat_id, text, reply_parameters=reply)
+                return
+            except RetryAfter as exc:
+                wait = exc.retry_after
+                await asyncio.sleep(wait if isinstance(wait, int) else wait.total_seconds())
+            except NetworkError:
+                if attempt == _DELIVERY_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(2**attempt)
 
     async def _typing(self, bot: Bot, chat_id: int) -> None:
         while True:
