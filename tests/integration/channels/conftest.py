@@ -49,6 +49,12 @@ policy:
       action: get
       args:
         key: {glob: "user:*"}
+    - id: helper-writes-ask-briefly
+      effect: ask
+      subject: {agent: helper}
+      tool: kv
+      action: set
+      approval_timeout_s: 1
 approvals:
   timeout_s: 120
 channels:

@@ -228,3 +228,48 @@ def test_cancel_stops_the_running_run(telegram_env: TelegramEnv) -> None:
     assert len(env.models.for_model("tg-helper-model")) == 1  # the model was not asked again
     bot.message(LONG_USER, "/cancel")
     _reply(bot, LONG_USER, "Nothing is running.")
+
+
+def test_an_approval_nobody_can_decide_here_shows_that_it_expired(
+    telegram_env: TelegramEnv,
+) -> None:
+    env, bot = telegram_env, telegram_env.bot
+    env.models.reset()
+    env.models.script(
+        "tg-helper-model",
+        code(
+            "import sandgate_tools as tools\n"
+            "try:\n    tools.kv.set(key='note', value='x')\n"
+            "except tools.ToolError as exc:\n    print('refused:', exc.code)"
+        ),
+        text("The note was not written."),
+    )
+    bot.message(LONG_USER, "Write a note.")
+    asked = bot.wait_for(
+        lambda b: next(
+            (
+                c
+                for c in b.of("sendMessage", LONG_USER)
+                if "Approval needed" in str(c.params.get("text"))
+            ),
+            None,
+        ),
+        what="the approval request",
+    )
+    # The helper agent has no approvers: no buttons, and the chat says so.
+    assert "reply_markup" not in asked.params
+    assert "No approver is configured" in asked.params["text"]
+    _reply(bot, LONG_USER, "The note was not written.")
+    edited = bot.wait_for(
+        lambda b: next(
+            (
+                c
+                for c in b.of("editMessageText", LONG_USER)
+                if c.params["message_id"] == asked.message_id
+            ),
+            None,
+        ),
+        what="the request edited to show it expired",
+    )
+    assert "Expired" in edited.params["text"]
+    assert "approval_" in str(env.models.for_model("tg-helper-model")[-1].body["messages"])
