@@ -128,6 +128,8 @@ class TelegramChannel:
         #: Per chat: its run in progress and the task following it.
         self._runs: dict[int, tuple[str, asyncio.Task[None]]] = {}
         self._posted: dict[str, _Posted] = {}
+        #: Background work started by a message (cancelling a run), kept until done.
+        self._chores: set[asyncio.Task[None]] = set()
         self._filter: _TokenFilter | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -138,7 +140,8 @@ class TelegramChannel:
 
     async def stop(self) -> None:
         """Stops polling and following runs (the runs themselves are the runner's)."""
-        tasks = [t for t in (self._task, *(task for _, task in self._runs.values())) if t]
+        following = [task for _, task in self._runs.values()]
+        tasks = [t for t in (self._task, *following, *self._chores) if t is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -322,8 +325,15 @@ class TelegramChannel:
         if running is None:
             await bot.send_message(message.chat_id, "Nothing is running.")
             return
+        # In the background: the run's code is interrupted first, and the bot keeps answering
+        # meanwhile; the run's end ("Cancelled.") is reported by the task following it.
+        task = asyncio.create_task(self._cancel_run(running[0], f"telegram:{user}"))
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
+
+    async def _cancel_run(self, run_id: str, by: str) -> None:
         with contextlib.suppress(Conflict, NotFound):
-            await self._runner.cancel(self._principal(), running[0], by=f"telegram:{user}")
+            await self._runner.cancel(self._principal(), run_id, by=by)
 
     async def _start_run(self, bot: Bot, message: Message, text: str) -> None:
         chat_id = message.chat_id
@@ -334,7 +344,11 @@ class TelegramChannel:
             return
         agent = self._settings.agent_for(chat_id)
         session_id = self._session_for(chat_id)
-        run = await self._runner.submit(self._principal(), agent, text, session_id)
+        try:
+            run = await self._runner.submit(self._principal(), agent, text, session_id)
+        except SandgateError as exc:  # e.g. a run started over the API holds the session
+            await bot.send_message(chat_id, f"Could not start: {exc.message}")
+            return
         log.info("telegram.run_started", chat=chat_id, run=run.id, agent=agent)
         task = asyncio.create_task(
             self._follow(bot, chat_id, run.id, message.message_id), name=f"telegram-{run.id}"

@@ -217,13 +217,16 @@ def test_cancel_stops_the_running_run(telegram_env: TelegramEnv) -> None:
     )
     bot.message(LONG_USER, "Take your time.")
     bot.wait_for(
-        lambda b: (
-            len(env.models.for_model("tg-helper-model")) == 1 and b.of("sendChatAction", LONG_USER)
-        ),
+        lambda b: env.models.for_model("tg-helper-model") and b.of("sendChatAction", LONG_USER),
         what="the run working",
     )
     bot.message(LONG_USER, "/cancel")
-    reply = _reply(bot, LONG_USER, "Cancelled.")
+    try:
+        reply = _reply(bot, LONG_USER, "Cancelled.")
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}\n--- server log ---\n{env.server.log_text()[-6000:]}"
+        ) from None
     assert "late" not in reply and "never" not in reply
     assert len(env.models.for_model("tg-helper-model")) == 1  # the model was not asked again
     bot.message(LONG_USER, "/cancel")
