@@ -8,10 +8,12 @@ starts and stops them.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandgate.channels.telegram import TelegramChannel
-from sandgate.wiring import Services
+
+if TYPE_CHECKING:
+    from sandgate.wiring import Services
 
 __all__ = ["TelegramChannel", "build_channels"]
 
