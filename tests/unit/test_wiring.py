@@ -25,6 +25,7 @@ _SERVER_ONLY = (
     "fastapi",
     "dbos",
     "prometheus_client",
+    "telegram",
 )
 
 #: Constructors of the services ``sandgate.wiring`` assembles; nobody else calls them.
@@ -85,3 +86,11 @@ def test_the_cli_starts_without_the_docker_sdk_or_the_template_builders() -> Non
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert json.loads(out) == []
+
+
+def test_a_server_without_channels_does_not_load_the_bot_api_client() -> None:
+    code = "import sys\nimport sandgate.api.app\nprint('telegram' in sys.modules)\n"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "False"

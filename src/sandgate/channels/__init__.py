@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from sandgate.channels.telegram import TelegramChannel
-
 if TYPE_CHECKING:
+    from sandgate.channels.telegram import TelegramChannel
     from sandgate.wiring import Services
 
-__all__ = ["TelegramChannel", "build_channels"]
+__all__ = ["build_channels"]
 
 
 def build_channels(services: Services) -> list[TelegramChannel]:
@@ -23,6 +22,9 @@ def build_channels(services: Services) -> list[TelegramChannel]:
     settings = services.config.channels.telegram
     if settings is None:
         return []
+    # Imported only when configured: a server without channels never loads the Bot API client.
+    from sandgate.channels.telegram import TelegramChannel
+
     gateway = services.gateway
 
     def token() -> str | None:
