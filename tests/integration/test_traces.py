@@ -4,7 +4,10 @@ The collector is this test's own (protobuf ``ExportTraceServiceRequest`` bodies,
 ``opentelemetry-proto``): the server's exporter is the one operators use. A create is one
 trace from the HTTP request through ``sandbox.create`` to the guest; a tool call made from the
 sandbox is a ``tool.call`` span with its policy decision and its execution as children, and
-the sandbox and agent ids as attributes.
+the sandbox and agent ids as attributes; it continues the trace of the request whose process
+made it (``TRACEPARENT`` in, ``traceparent`` back on the gateway socket). An agent run is one
+``agent.run`` span with its model calls, code and the code's tool calls below it, all carrying
+the run's id.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tests.fixtures.server import RunningServer
 from tests.framework.envd import create, run
+from tests.framework.model_server import ScriptedModelServer, code, text
 from tests.framework.sandbox_http import wait_for
 
 AGENT = "traced-agent"
+MODEL = "traced-model"
 
 
 @dataclass(frozen=True)
@@ -97,11 +102,20 @@ def collector() -> Iterator[tuple[Collector, int]]:
 
 
 @pytest.fixture(scope="module")
-def server(runtime_server_factory: Any, collector: tuple[Collector, int]) -> RunningServer:
+def models() -> Iterator[ScriptedModelServer]:
+    server = ScriptedModelServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def server(
+    runtime_server_factory: Any, collector: tuple[Collector, int], models: ScriptedModelServer
+) -> RunningServer:
     _, port = collector
     started: RunningServer = runtime_server_factory(
         config={
-            "agents": [{"id": AGENT}],
+            "agents": [{"id": AGENT, "model": MODEL}],
             "tools": [{"name": "kv", "kind": "builtin"}],
             "policy": {
                 "rules": [
@@ -115,7 +129,11 @@ def server(runtime_server_factory: Any, collector: tuple[Collector, int]) -> Run
             },
         },
         # The batch processor's delay: spans reach the collector within 50 ms of ending.
-        extra_env={"OTEL_BSP_SCHEDULE_DELAY": "50"},
+        extra_env={
+            "OTEL_BSP_SCHEDULE_DELAY": "50",
+            "OPENAI_BASE_URL": models.openai_url,
+            "OPENAI_API_KEY": "sk-test",
+        },
     )
     return started
 
@@ -163,8 +181,9 @@ def test_create_and_tool_call_traces(
         assert stages["tool.execute"].attributes["tool"] == "kv"
         assert {s.trace_id for s in stages.values()} == {call.trace_id}
         # The command that made the call: an envd request routed to this sandbox (its span
-        # ends with the response stream, after the call's).
-        wait_for(
+        # ends with the response stream, after the call's). The call continues its trace:
+        # the process got the request's span as TRACEPARENT and its tool client sent it back.
+        (command,) = wait_for(
             lambda: spans.where(
                 lambda s: (
                     s.name == "HTTP POST"
@@ -175,5 +194,66 @@ def test_create_and_tool_call_traces(
             30,
             "the span of the command's envd request",
         )
+        assert call.trace_id == command.trace_id
+        assert call.parent_id == command.span_id
     finally:
         httpx.delete(f"{server.url}/sandboxes/{sandbox_id}", headers={"X-API-Key": server.api_key})
+
+
+def test_an_agent_run_is_one_trace_with_its_run_id(
+    server: RunningServer, collector: tuple[Collector, int], models: ScriptedModelServer
+) -> None:
+    spans, _ = collector
+    models.script(
+        MODEL,
+        code("import sandgate_tools as tools\nprint(tools.kv.get(key='traced:run'))"),
+        text("Done."),
+    )
+    headers = {"X-API-Key": server.api_key}
+    started = httpx.post(
+        f"{server.url}/v1/agents/{AGENT}/runs", json={"message": "Look it up."}, headers=headers
+    )
+    assert started.status_code == 201, started.text
+    run_id = started.json()["id"]
+    final = wait_for(
+        lambda: (
+            body
+            if (body := httpx.get(f"{server.url}/v1/runs/{run_id}", headers=headers).json())[
+                "state"
+            ]
+            not in ("queued", "running")
+            else None
+        ),
+        180,
+        "the end of the run",
+    )
+    assert final["state"] == "completed", final
+    assert final["usage"]["tool_calls"] == 1
+
+    (root,) = wait_for(
+        lambda: spans.where(
+            lambda s: s.name == "agent.run" and s.attributes.get("run.id") == run_id
+        ),
+        30,
+        "the agent.run span",
+    )
+    assert root.attributes["agent"] == AGENT
+    (submitted,) = spans.where(lambda s: s.span_id == root.parent_id)
+    assert submitted.name == "HTTP POST" and submitted.attributes["url.path"].endswith("/runs")
+    below = {s.name: s for s in spans.children(root)}
+    model = spans.where(lambda s: s.name == "agent.model" and s.parent_id == root.span_id)
+    assert [m.attributes["step"] for m in model] == [1, 2]
+    assert all(m.attributes["tokens.prompt"] > 0 for m in model)
+    block = below["agent.code"]
+    assert block.attributes["language"] == "python" and block.attributes["exit_code"] == 0
+    # The tool call the code made is below the code's span, in the same trace, with the
+    # run's id (the sandbox's active run: no workflow involved).
+    (call,) = wait_for(
+        lambda: spans.where(
+            lambda s: s.name == "tool.call" and s.attributes.get("run.id") == run_id
+        ),
+        30,
+        "the run's tool.call span",
+    )
+    assert call.trace_id == root.trace_id and call.parent_id == block.span_id
+    assert call.attributes["agent"] == AGENT and call.attributes["tool"] == "kv"

@@ -25,6 +25,7 @@ _SERVER_ONLY = (
     "fastapi",
     "dbos",
     "prometheus_client",
+    "telegram",
 )
 
 #: Constructors of the services ``sandgate.wiring`` assembles; nobody else calls them.
@@ -69,3 +70,27 @@ def test_each_service_is_assembled_in_one_place() -> None:
     for constructor in _ASSEMBLED:
         assert constructor in wiring, constructor
         assert not re.search(rf"(?<![\w.]){re.escape(constructor)}", app), constructor
+
+
+def test_the_cli_starts_without_the_docker_sdk_or_the_template_builders() -> None:
+    """Every `sandgate` command loads the CLI app (all commands register at start): the Docker
+    SDK (and `requests` under it) and the template builders load only in the commands that
+    use them, so `sandgate approvals list` on a bwrap host pays for none of them."""
+    heavy = ("docker", "requests", "sandgate.templates._builder", "sandgate.templates._docker")
+    code = (
+        "import json, sys\n"
+        "import sandgate.cli._app\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m in {heavy!r})))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(out) == []
+
+
+def test_a_server_without_channels_does_not_load_the_bot_api_client() -> None:
+    code = "import sys\nimport sandgate.api.app\nprint('telegram' in sys.modules)\n"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "False"

@@ -2,8 +2,10 @@
 
 Started once per session as ``python3 -u _driver.py CELLS_DIR`` and kept running, so variables
 persist between the model's code blocks. Control lines arrive on stdin: ``<cell id> <limit>``;
-the cell's source is ``CELLS_DIR/<cell id>.py``. While a cell runs, file descriptors 1 and 2
-point at ``<cell id>.out``/``.err`` (so subprocesses are captured too) and stdin at /dev/null.
+the cell's source is ``CELLS_DIR/<cell id>.py`` (and ``<cell id>.trace``, when the gateway
+traces, the cell's ``TRACEPARENT``, so the tool calls it makes join the trace). While a cell
+runs, file descriptors 1 and 2 point at ``<cell id>.out``/``.err`` (so subprocesses are captured
+too) and stdin at /dev/null.
 Afterwards one line goes to the real stdout::
 
     \\x1esandgate-cell {"cell": ..., "exit_code": ..., "stdout": <tail>, "stderr": <tail>,
@@ -58,6 +60,14 @@ def _run(source: str, name: str, scope: dict[str, Any]) -> int:
     return 0
 
 
+def _set_traceparent(path: str) -> None:
+    try:
+        with open(path, encoding="ascii") as handle:
+            os.environ["TRACEPARENT"] = handle.read().strip()
+    except (OSError, ValueError):
+        os.environ.pop("TRACEPARENT", None)
+
+
 def main() -> None:
     global _running
     cells = sys.argv[1]
@@ -76,6 +86,7 @@ def main() -> None:
         base = os.path.join(cells, cell)
         with open(base + ".py", encoding="utf-8") as handle:
             source = handle.read()
+        _set_traceparent(base + ".trace")
         out = os.open(base + ".out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         err = os.open(base + ".err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, 1)
@@ -105,7 +116,7 @@ def main() -> None:
             "stderr_bytes": stderr_bytes,
         }
         results.write(MARK + json.dumps(report) + "\n")
-        for suffix in (".py", ".out", ".err"):
+        for suffix in (".py", ".out", ".err", ".trace"):
             with contextlib.suppress(OSError):
                 os.unlink(base + suffix)
 

@@ -25,6 +25,7 @@ from typing import Literal
 from sandgate.agents.steps import CodeStep
 from sandgate.errors import SandboxUnavailable
 from sandgate.guest.client import Ended, GuestClient, GuestError, Output, ProcessStream
+from sandgate.observability import tracing
 
 __all__ = ["LANGUAGES", "SandboxCode"]
 
@@ -112,6 +113,10 @@ class SandboxCode:
     async def _python(self, step: CodeStep, timeout_s: float) -> None:
         await self._ensure_driver(step)
         cell = secrets.token_hex(8)
+        parent = tracing.traceparent()
+        if parent is not None:  # the driver sets it as TRACEPARENT while the cell runs
+            trace = f"{_WORK}/cells/{cell}.trace"
+            await self._guest.write_file(trace, parent.encode(), user="user")
         await self._guest.write_file(f"{_WORK}/cells/{cell}.py", step.code.encode(), user="user")
         future: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
         self._pending[cell] = future

@@ -19,10 +19,11 @@ from sandgate.agents._gateway import GatewayAdapter
 from sandgate.agents.actions import Action, CallTools, FinalAnswer, Malformed, RunCode, parse_action
 from sandgate.agents.execution import SandboxCode
 from sandgate.agents.prompting import observation, prompt
-from sandgate.agents.providers import Message, ModelRequest, ModelRouter, ToolSpec
+from sandgate.agents.providers import Message, ModelReply, ModelRequest, ModelRouter, ToolSpec
 from sandgate.agents.steps import CodeStep, ModelStep, RunState, ToolStep
 from sandgate.agents.stops import Progress, StopCheck, first_stop
-from sandgate.config import AgentConfig
+from sandgate.config import AgentConfig, ModelChoice
+from sandgate.observability import tracing
 from sandgate.store import Sandbox
 from sandgate.tools.budgets import RunBudget
 
@@ -90,8 +91,36 @@ class Turn:
         )
         self.emit("model.request", {"step": step.number, "messages": len(self.messages)})
         started = time.monotonic()
+        with tracing.span("agent.model", step=step.number) as span:
+            answered = await self._complete(step, request)
+            if answered is None:
+                return None
+            choice, reply = answered
+            span.set(
+                model=f"{choice.provider}/{reply.model}",
+                tokens__prompt=reply.prompt_tokens,
+                tokens__completion=reply.completion_tokens,
+            )
+        step.model = f"{choice.provider}/{reply.model}"
+        step.text, step.tool_calls = reply.text, reply.tool_calls
+        step.prompt_tokens, step.completion_tokens = reply.prompt_tokens, reply.completion_tokens
+        step.duration_ms = round((time.monotonic() - started) * 1000, 3)
+        self.progress.steps += 1
+        usage = self.progress.usage
+        usage.model_calls += 1
+        usage.prompt_tokens += reply.prompt_tokens
+        usage.completion_tokens += reply.completion_tokens
+        self.messages.append(Message("assistant", reply.text, reply.tool_calls))
+        self.emit(*step.event())
+        return step
+
+    async def _complete(
+        self, step: ModelStep, request: ModelRequest
+    ) -> tuple[ModelChoice, ModelReply] | None:
+        """The model's reply through the router (retries, fallbacks); None when the run's
+        wall clock ran out first."""
         try:
-            choice, reply = await asyncio.wait_for(
+            return await asyncio.wait_for(
                 self.router.complete(
                     self.agent.models,
                     request,
@@ -111,18 +140,6 @@ class Turn:
         except TimeoutError:
             self.progress.steps += 1
             return None
-        step.model = f"{choice.provider}/{reply.model}"
-        step.text, step.tool_calls = reply.text, reply.tool_calls
-        step.prompt_tokens, step.completion_tokens = reply.prompt_tokens, reply.completion_tokens
-        step.duration_ms = round((time.monotonic() - started) * 1000, 3)
-        self.progress.steps += 1
-        usage = self.progress.usage
-        usage.model_calls += 1
-        usage.prompt_tokens += reply.prompt_tokens
-        usage.completion_tokens += reply.completion_tokens
-        self.messages.append(Message("assistant", reply.text, reply.tool_calls))
-        self.emit(*step.event())
-        return step
 
     async def act(self, action: Action, number: int) -> None:
         """Runs the action and appends what the model should see next."""
@@ -164,7 +181,9 @@ class Turn:
         watcher = asyncio.create_task(self._watch(position, step.number))
         try:
             timeout = min(self.agent.sandbox.code_timeout_s, max(1.0, self.progress.remaining_s()))
-            await self._run_until_refused(step, timeout)
+            with tracing.span("agent.code", step=step.number, language=step.language) as span:
+                await self._run_until_refused(step, timeout)
+                span.set(exit_code=step.exit_code)
         finally:
             watcher.cancel()
         self._budget_refused()

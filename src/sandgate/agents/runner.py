@@ -50,6 +50,7 @@ from sandgate.agents.stops import Progress, default_checks
 from sandgate.config import AgentConfig, Config, ProviderConfig
 from sandgate.config._agents import BUILTIN_PROVIDERS
 from sandgate.errors import Conflict, NotFound, SandboxUnavailable, SandgateError
+from sandgate.observability import tracing
 from sandgate.sandboxes import CreateRequest, SandboxService
 from sandgate.store import AgentRecords, AgentRun, AgentSession, Sandbox, Store
 from sandgate.tools import AGENT_METADATA_KEY
@@ -311,9 +312,17 @@ class AgentRunner:
         live = _Live(None, 0, [])
         self._live[run.id] = live
         live.task = asyncio.create_task(
-            self._execute(run, session, agent, principal), name=f"agent-run-{run.id}"
+            self._traced(run, session, agent, principal), name=f"agent-run-{run.id}"
         )
         return run
+
+    async def _traced(
+        self, run: AgentRun, session: AgentSession, agent: AgentConfig, principal: Principal
+    ) -> None:
+        """The run under one ``agent.run`` span (a child of the request that submitted it):
+        its model calls, code and the tool calls the code makes are spans below it."""
+        with tracing.span("agent.run", run__id=run.id, agent=agent.id, session__id=session.id):
+            await self._execute(run, session, agent, principal)
 
     async def wait(self, run_id: str) -> AgentRun:
         """Returns the run once it is final."""

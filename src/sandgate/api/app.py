@@ -42,6 +42,7 @@ from sandgate.api.v1 import build_v1_router
 from sandgate.api.v1.agents import build_agents_router
 from sandgate.api.v1.workflows import build_workflows_router
 from sandgate.approvals import ApprovalState
+from sandgate.channels import build_channels
 from sandgate.config import Config
 from sandgate.console import Console
 from sandgate.errors import SandgateError, TemplateNotFound
@@ -95,6 +96,7 @@ class Application:
         self.telemetry = services.telemetry
         self.sandboxes = services.sandboxes
         self.agents = services.agents
+        self.channels = build_channels(services)  # chat channels (Telegram), when configured
         if self.metrics is not None:
             self.gateway.audit.on_commit = self.metrics.audit_committed
             self.gateway.on_call = self.metrics.tool_call
@@ -268,11 +270,15 @@ class Application:
             tracing.install(tracing.otlp_provider(observed.service_name, observed.otlp_endpoint))
         await self.agents.start()
         await self.workflows.start()  # after what its steps use: it recovers runs at once
+        for channel in self.channels:  # after the runner: a message starts a run at once
+            await channel.start()
         log.info("server.ready", runtime=self.runtime.name)
         try:
             async with self.mcp.run():  # MCP sessions end before the services stop
                 yield
         finally:
+            for channel in self.channels:
+                await channel.stop()
             await self.workflows.stop()
             await self.agents.stop()
             await self.templates.stop()

@@ -15,12 +15,6 @@ from rich.table import Table
 from sandgate.cli._common import ConfigOption, console, friendly_errors, load
 from sandgate.runtimes.floors import RUNTIME_COMPONENTS, Finding, FloorStatus
 from sandgate.runtimes.select import Choice, choose
-from sandgate.templates import (
-    SHIPPED_TEMPLATES,
-    NativeTemplateBuilder,
-    TemplateBuilder,
-    TemplateBuildError,
-)
 
 _MIN_FREE_BYTES = 2 * 1024**3
 
@@ -34,7 +28,11 @@ class Check:
 
 
 def run_checks(config_path: Any = None) -> list[Check]:
+    # Imported here, not at the top: every `sandgate` command loads this module to register
+    # `doctor`, and the Docker SDK and the template builders cost most of a CLI start.
     import docker.errors
+
+    from sandgate.templates import SHIPPED_TEMPLATES, TemplateBuilder, TemplateBuildError
 
     cfg = load(config_path)
     checks: list[Check] = []
@@ -180,6 +178,8 @@ def _identity_checks(info: dict[str, Any]) -> list[Check]:
 
 
 def _native_template_checks(cfg: Any) -> list[Check]:
+    from sandgate.templates import SHIPPED_TEMPLATES, NativeTemplateBuilder, TemplateBuildError
+
     rootfs_dir = cfg.rootfs_dir
     builder = NativeTemplateBuilder(rootfs_dir, mirror=cfg.templates.mirror)
     checks = []

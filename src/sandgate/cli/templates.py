@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
-import docker
-import docker.errors
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -22,18 +20,14 @@ from rich.progress import (
 from rich.table import Column, Table
 
 from sandgate.cli._common import load
-from sandgate.templates import (
-    DEFAULT_MIRROR,
-    SHIPPED_TEMPLATES,
-    BuildStep,
-    NativeTemplateBuilder,
-    ProgressCallback,
-    Source,
-    TemplateBuilder,
-    TemplateBuildError,
-    TemplateState,
-    ignore_progress,
-)
+from sandgate.templates._progress import BuildStep, ProgressCallback, ignore_progress
+from sandgate.templates._rootfs import DEFAULT_MIRROR
+from sandgate.templates._sources import Source
+from sandgate.templates._spec import SHIPPED_TEMPLATES
+from sandgate.templates.errors import TemplateBuildError
+
+if TYPE_CHECKING:
+    from sandgate.templates import NativeTemplateBuilder, TemplateBuilder
 
 __all__ = ["templates_app"]
 
@@ -82,6 +76,9 @@ def _builder(
     mirror: str,
     on_progress: ProgressCallback = ignore_progress,
 ) -> TemplateBuilder | NativeTemplateBuilder:
+    # Imported here: every `sandgate` command loads this module to register its commands.
+    from sandgate.templates import NativeTemplateBuilder, TemplateBuilder
+
     if engine is Engine.AUTO:
         engine = Engine.DOCKER if _docker_answers() else Engine.NATIVE
     if engine is Engine.DOCKER:
@@ -94,6 +91,9 @@ def _builder(
 
 
 def _docker_answers() -> bool:
+    import docker
+    import docker.errors
+
     try:
         docker.from_env().ping()
     except docker.errors.DockerException:
@@ -104,6 +104,8 @@ def _docker_answers() -> bool:
 @templates_app.command("list")
 def list_templates(source: SourceOption = Source.AUTO, engine: EngineOption = Engine.AUTO) -> None:
     """Show each shipped template: built?, image, digest, size."""
+    from sandgate.templates import TemplateState
+
     builder = _builder(engine, source, DEFAULT_MIRROR)
     table = Table("name", "built", "image", "digest", "size")
     for name in SHIPPED_TEMPLATES:
@@ -196,6 +198,9 @@ class _ProgressView:
 
 
 def _docker_client() -> Any:
+    import docker
+    import docker.errors
+
     try:
         return docker.from_env()
     except docker.errors.DockerException as exc:

@@ -8,6 +8,7 @@ from sandgate.config._agents import (
     ProviderConfig,
     SkillsConfig,
 )
+from sandgate.config._channels import ChannelsConfig, TelegramChat, TelegramConfig
 from sandgate.config._egress import EgressConfig, EgressRule, PresetRule, SecretBinding
 from sandgate.config._gateway import (
     ApprovalsConfig,
@@ -55,6 +56,7 @@ __all__ = [
     "ArgCondition",
     "AuditConfig",
     "BuiltinTool",
+    "ChannelsConfig",
     "Config",
     "DockerConfig",
     "EgressConfig",
@@ -85,6 +87,8 @@ __all__ = [
     "SkillsConfig",
     "StoreConfig",
     "SubjectMatch",
+    "TelegramChat",
+    "TelegramConfig",
     "TemplatesConfig",
     "TimeWindow",
     "TlsConfig",

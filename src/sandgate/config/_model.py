@@ -21,6 +21,7 @@ from sandgate.config._agents import (
     SkillsConfig,
     check_agent_references,
 )
+from sandgate.config._channels import ChannelsConfig, check_channel_references
 from sandgate.config._egress import EgressConfig
 from sandgate.config._gateway import (
     ApprovalsConfig,
@@ -281,6 +282,8 @@ class Config(_Section):
     sandbox_logs: SandboxLogsConfig = SandboxLogsConfig()
     # Prometheus /metrics and OpenTelemetry traces (config/_telemetry.py); both off.
     observability: ObservabilityConfig = ObservabilityConfig()
+    # Chat channels (config/_channels.py): Telegram.
+    channels: ChannelsConfig = ChannelsConfig()
 
     @model_validator(mode="after")
     def _gateway_references(self) -> Config:
@@ -294,6 +297,7 @@ class Config(_Section):
                 raise ValueError(
                     f"egress.secrets binds '{binding.secret}', which is not declared in secrets:"
                 )
+        check_channel_references(self.channels, {a.id for a in self.agents}, set(self.secrets))
         return self
 
     @model_validator(mode="after")

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from sandgate.tls import write_private
+from sandgate.tls import key_pem, mint_ca, write_private, write_public
 
 __all__ = ["CA_ENV", "EgressCA", "upstream_context"]
 
@@ -132,49 +132,9 @@ class EgressCA:
                 raise ValueError(f"{key_path} is not an EC private key; remove it to regenerate")
             return key, x509.load_pem_x509_certificate(cert_path.read_bytes())
         self._dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = dt.datetime.now(dt.UTC)
-        name = x509.Name(
-            [
-                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Sandgate"),
-                x509.NameAttribute(
-                    NameOID.COMMON_NAME, f"Sandgate egress CA {secrets.token_hex(4)}"
-                ),
-            ]
+        key, cert = mint_ca(
+            f"Sandgate egress CA {secrets.token_hex(4)}", dt.timedelta(days=_CA_DAYS)
         )
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(hours=1))
-            .not_valid_after(now + dt.timedelta(days=_CA_DAYS))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
-            .sign(key, hashes.SHA256())
-        )
-        write_private(
-            key_path,
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            ),
-        )
-        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        write_private(key_path, key_pem(key))
+        write_public(cert_path, cert.public_bytes(serialization.Encoding.PEM))
         return key, cert

@@ -565,13 +565,20 @@ class GuestClient:
         ``pty`` is ``(cols, rows)``. ``timeout_ms`` > 0 makes the guest SIGKILL the process
         group at the deadline (``Ended.timed_out``). Raises :class:`GuestError` when the
         process cannot start (bad cwd: ``invalid_argument``; too many: ``resource_exhausted``;
-        unknown user: ``unauthenticated``).
+        unknown user: ``unauthenticated``). While tracing is on, the process gets the current
+        span as ``TRACEPARENT`` (unless ``envs`` names one), so its tool calls join the trace.
         """
+        from sandgate.observability import tracing  # not in the guest's zipapp (see _open)
+
+        envs = dict(envs or {})
+        parent = tracing.traceparent()
+        if parent is not None:
+            envs.setdefault("TRACEPARENT", parent)
         request: dict[str, Any] = {
             "op": "spawn",
             "cmd": cmd,
             "args": list(args),
-            "envs": dict(envs or {}),
+            "envs": envs,
             "cwd": cwd or "",
             "tag": tag,
             "stdin": stdin,

@@ -7,11 +7,18 @@ server's start pay nothing). ``install`` turns it on for this process with a tra
 of its own (not OTel's process-global provider, which can be set only once: tests install an
 in-memory exporter, servers an OTLP one). Spans nest through ``contextvars``, so a span opened
 in a request's task is the parent of those its awaits open.
+
+A trace crosses the sandbox by the W3C ``traceparent`` form: a process the gateway starts in a
+sandbox gets the current span's as ``TRACEPARENT`` (OpenTelemetry's environment carrier), the
+tool clients inside send it back with each call, and the ``tool.call`` span continues it. What
+comes back from a sandbox is only ever a parent to link to, parsed strictly (W3C version 00,
+non-zero ids); anything else is ignored.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +34,12 @@ __all__ = [
     "otlp_provider",
     "provider_for_exporter",
     "span",
+    "traceparent",
     "uninstall",
 ]
+
+#: W3C trace context, version 00: ``00-<32 hex trace id>-<16 hex span id>-<2 hex flags>``.
+_TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
 
 _tracer: Tracer | None = None
 _provider: TracerProvider | None = None
@@ -57,17 +68,44 @@ def enabled() -> bool:
 
 
 @contextlib.contextmanager
-def span(name: str, **attributes: Any) -> Iterator[Span]:
-    """A child of the current span (or a new trace). Attribute names use ``__`` for ``.``
-    (``sandbox__id`` → ``sandbox.id``). Exceptions are recorded on the span and re-raised."""
+def span(name: str, *, parent: str | None = None, **attributes: Any) -> Iterator[Span]:
+    """A child of the current span (or a new trace). ``parent``, a ``traceparent`` value that
+    came from elsewhere (a sandbox), is the parent instead when it is well formed. Attribute
+    names use ``__`` for ``.`` (``sandbox__id`` → ``sandbox.id``). Exceptions are recorded on
+    the span and re-raised."""
     tracer = _tracer
     if tracer is None:
         yield _NOOP
         return
-    with tracer.start_as_current_span(name) as inner:
+    context = _remote_parent(parent) if parent is not None else None
+    with tracer.start_as_current_span(name, context=context) as inner:
         handle = Span(inner)
         handle.set(**attributes)
         yield handle
+
+
+def traceparent() -> str | None:
+    """The current span as a W3C ``traceparent`` value, for a process started in a sandbox;
+    ``None`` while tracing is off or outside any span."""
+    if _tracer is None:
+        return None
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    return carrier.get("traceparent")
+
+
+def _remote_parent(value: str) -> Any:
+    """The context whose parent ``value`` names, or ``None`` (the current context) unless
+    ``value`` is exactly a version-00 ``traceparent`` with non-zero ids."""
+    # SECURITY: the value comes from code in a sandbox; it may only choose which trace its
+    # calls join, and only in the strict W3C form (no tracestate, no baggage, no other keys).
+    if not isinstance(value, str) or _TRACEPARENT.fullmatch(value) is None:
+        return None
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    return TraceContextTextMapPropagator().extract({"traceparent": value})
 
 
 def install(provider: TracerProvider) -> None:

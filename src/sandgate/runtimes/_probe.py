@@ -19,10 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import docker
-import docker.errors
-import requests.exceptions
-
 from sandgate.runtimes._versions import parse_version
 
 __all__ = [
@@ -141,6 +137,10 @@ def _kernel_from_host() -> ComponentFact:
 
 
 def _docker_facts(base_url: str, runc_path: str) -> tuple[list[ComponentFact], set[str]]:
+    import docker  # here: a bwrap-only process and the CLI's start never load the SDK
+    import docker.errors
+    import requests.exceptions
+
     try:
         client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
         try:

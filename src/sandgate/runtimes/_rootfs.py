@@ -29,13 +29,13 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import docker
-import docker.errors
+from typing import TYPE_CHECKING, Any
 
 from sandgate.errors import RuntimeUnavailable
 from sandgate.runtimes._tree_derive import derive_tree, layer_dirs
+
+if TYPE_CHECKING:
+    import docker
 
 __all__ = ["Rootfs", "by_name_dir", "resolve_rootfs"]
 
@@ -56,6 +56,8 @@ def resolve_rootfs(image_ref: str, cache: Path, docker_base_url: str = "") -> Ro
     manual = by_name_dir(cache, image_ref)
     if manual.is_dir():
         return Rootfs(manual, *_read_meta(manual.with_name(manual.name + ".json")))
+    import docker.errors  # only here: a process that never exports does not load the SDK
+
     try:
         client = _client(docker_base_url)
     except docker.errors.DockerException:
@@ -120,6 +122,8 @@ def _derive(
 def _backfill_layers(client: Any, meta: Path) -> list[str] | None:
     """The layers of a tree exported before they were recorded, from its image (named by the
     file) if the engine still has it; recorded for next time."""
+    import docker.errors
+
     data = _read_json(meta)
     try:
         attrs = client.api.inspect_image(f"sha256:{meta.stem}")
@@ -142,6 +146,8 @@ def _client(base_url: str) -> docker.DockerClient:
     """One Docker client per engine address, kept for the process: building one (and
     negotiating the API version) costs several ms that every cold create used to pay. The
     image id is still asked for each time, so a rebuilt template is never missed."""
+    import docker
+
     with _clients_lock:
         client = _clients.get(base_url)
         if client is None:

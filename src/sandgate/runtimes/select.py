@@ -12,16 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import docker
-import docker.errors
-
 from sandgate.config import Config
 from sandgate.errors import RuntimeUnavailable
 from sandgate.runtimes._guard import FloorGuard
 from sandgate.runtimes._probe import HostFacts
 from sandgate.runtimes.base import Runtime
 from sandgate.runtimes.bwrap import BwrapRuntime, Requirement, check_host, unavailable_message
-from sandgate.runtimes.docker import DockerRuntime
 from sandgate.runtimes.floors import FloorReport, check_floors
 
 __all__ = ["Choice", "choose", "docker_reachable", "select", "select_runtime"]
@@ -29,6 +25,9 @@ __all__ = ["Choice", "choose", "docker_reachable", "select", "select_runtime"]
 
 def docker_reachable(base_url: str = "") -> str | None:
     """The engine's version, or None when no Docker engine answers."""
+    import docker  # here: choosing bwrap (and the CLI's start) never loads the SDK
+    import docker.errors
+
     try:
         client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
         try:
@@ -127,6 +126,8 @@ def select(
     choice = choose(config, facts=facts)
     runtime: Runtime
     if choice.kind == "docker":
+        from sandgate.runtimes.docker import DockerRuntime
+
         runtime = DockerRuntime(
             instance_id,
             state_dir=config.home_dir / "docker",

@@ -1,6 +1,7 @@
 """Durable state: SQLAlchemy 2 models and Alembic migrations; SQLite or PostgreSQL."""
 
 from sandgate.store._agents import ACTIVE_RUN_STATES, AgentRecords
+from sandgate.store._channels import ChannelRecords
 from sandgate.store._secrets import SecretRecords
 from sandgate.store._snapshots import SnapshotPage, SnapshotRecords
 from sandgate.store._store import KEPT_STATES, LIVE_STATES, SandboxPage, Store
@@ -14,6 +15,8 @@ from sandgate.store.models import (
     AgentSession,
     ApiKey,
     AuditEntry,
+    ChannelChat,
+    ChannelCursor,
     Sandbox,
     SandboxLogEntry,
     SandboxMetricSample,
@@ -43,6 +46,9 @@ __all__ = [
     "AgentSession",
     "ApiKey",
     "AuditEntry",
+    "ChannelChat",
+    "ChannelCursor",
+    "ChannelRecords",
     "Sandbox",
     "SandboxLogEntry",
     "SandboxMetricSample",

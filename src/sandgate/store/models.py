@@ -419,3 +419,29 @@ class SandboxLogEntry(Base):
     fields: Mapped[dict[str, Any]] = mapped_column(JSON)
     size: Mapped[int] = mapped_column(Integer)
     guest_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+# -- chat channels (channels/) -------------------------------------------------------------
+
+
+class ChannelCursor(Base):
+    """How far a channel has read its source (Telegram: the last update id taken), so a
+    restart neither loses nor repeats a message."""
+
+    __tablename__ = "channel_cursors"
+
+    channel: Mapped[str] = mapped_column(String(100), primary_key=True)
+    position: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime]
+
+
+class ChannelChat(Base):
+    """One chat of a channel and the agent session it continues."""
+
+    __tablename__ = "channel_chats"
+
+    channel: Mapped[str] = mapped_column(String(100), primary_key=True)
+    chat_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    agent_id: Mapped[str] = mapped_column(String(100))
+    session_id: Mapped[str | None] = mapped_column(String(64))
+    updated_at: Mapped[datetime]

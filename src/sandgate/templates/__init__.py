@@ -13,15 +13,55 @@ E2B SDKs send (``_plan``), one cached layer per step (``_layers``), on Docker
 image ``docker push``ed to the server (``_pushed``).
 """
 
-from ._builder import BuiltTemplate, TemplateBuilder, TemplateState
-from ._engines import layer_backend, prepare_template_tree, remove_stale_builds
-from ._native import NativeTemplateBuilder
-from ._progress import BuildStep, ProgressCallback, ignore_progress
-from ._pushed import PushRefused, PushStore, check_digest
-from ._rootfs import DEFAULT_MIRROR
-from ._sources import Source
-from ._spec import SHIPPED_TEMPLATES, TemplateSpec
-from .errors import TemplateBuildError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._builder import BuiltTemplate, TemplateBuilder, TemplateState
+    from ._engines import layer_backend, prepare_template_tree, remove_stale_builds
+    from ._native import NativeTemplateBuilder
+    from ._progress import BuildStep, ProgressCallback, ignore_progress
+    from ._pushed import PushRefused, PushStore, check_digest
+    from ._rootfs import DEFAULT_MIRROR
+    from ._sources import Source
+    from ._spec import SHIPPED_TEMPLATES, TemplateSpec
+    from .errors import TemplateBuildError
+
+#: Where each name lives: the package loads a submodule on first use, so the CLI (which
+#: registers every command at start) and a bwrap-only server don't pay for the Docker SDK
+#: and the builders unless they build.
+_WHERE = {
+    "BuiltTemplate": "._builder",
+    "TemplateBuilder": "._builder",
+    "TemplateState": "._builder",
+    "layer_backend": "._engines",
+    "prepare_template_tree": "._engines",
+    "remove_stale_builds": "._engines",
+    "NativeTemplateBuilder": "._native",
+    "BuildStep": "._progress",
+    "ProgressCallback": "._progress",
+    "ignore_progress": "._progress",
+    "PushRefused": "._pushed",
+    "PushStore": "._pushed",
+    "check_digest": "._pushed",
+    "DEFAULT_MIRROR": "._rootfs",
+    "Source": "._sources",
+    "SHIPPED_TEMPLATES": "._spec",
+    "TemplateSpec": "._spec",
+    "TemplateBuildError": ".errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_MIRROR",

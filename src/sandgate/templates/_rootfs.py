@@ -17,10 +17,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ._docker import DockerImages
 from ._progress import BuildStep, ProgressCallback
 from .errors import TemplateBuildError
+
+if TYPE_CHECKING:
+    from ._docker import DockerImages
 
 __all__ = [
     "DEFAULT_MIRROR",

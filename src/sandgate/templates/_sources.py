@@ -10,12 +10,15 @@ from __future__ import annotations
 import dataclasses
 import enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._digest import rootfs_digest
-from ._docker import DockerImages
 from ._progress import BuildStep, ProgressCallback
 from ._rootfs import SUITE, VARIANT, bootstrap_rootfs
 from .errors import TemplateBuildError
+
+if TYPE_CHECKING:
+    from ._docker import DockerImages
 
 __all__ = [
     "REGISTRY_IMAGE",

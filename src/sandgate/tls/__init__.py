@@ -6,7 +6,10 @@ from sandgate.tls._ca import (
     LEAF_RENEW_BEFORE,
     LocalCA,
     ServerNames,
+    key_pem,
+    mint_ca,
     write_private,
+    write_public,
 )
 from sandgate.tls._server import ServerTLS, client_trust_env
 
@@ -17,5 +20,8 @@ __all__ = [
     "ServerNames",
     "ServerTLS",
     "client_trust_env",
+    "key_pem",
+    "mint_ca",
     "write_private",
+    "write_public",
 ]

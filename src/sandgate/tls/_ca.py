@@ -126,7 +126,7 @@ class LocalCA:
             )
             .sign(self._key, hashes.SHA256())
         )
-        write_private(key_path, _key_pem(key))
+        write_private(key_path, key_pem(key))
         write_public(cert_path, cert.public_bytes(serialization.Encoding.PEM) + self.pem)
         return not_after
 
@@ -144,49 +144,12 @@ class LocalCA:
             self._check_covers(cert)
             return key, cert
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = dt.datetime.now(dt.UTC)
-        name = x509.Name(
-            [
-                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Sandgate"),
-                x509.NameAttribute(
-                    NameOID.COMMON_NAME, f"Sandgate local CA {secrets.token_hex(4)}"
-                ),
-            ]
+        key, cert = mint_ca(
+            f"Sandgate local CA {secrets.token_hex(4)}",
+            CA_LIFETIME,
+            x509.NameConstraints(permitted_subtrees=self.names.permitted(), excluded_subtrees=None),
         )
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(hours=1))
-            .not_valid_after(now + CA_LIFETIME)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(
-                x509.NameConstraints(
-                    permitted_subtrees=self.names.permitted(), excluded_subtrees=None
-                ),
-                critical=True,
-            )
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
-            .sign(key, hashes.SHA256())
-        )
-        write_private(self.key_path, _key_pem(key))
+        write_private(self.key_path, key_pem(key))
         write_public(self.cert_path, cert.public_bytes(serialization.Encoding.PEM))
         return key, cert
 
@@ -237,7 +200,54 @@ def write_public(path: Path, data: bytes) -> None:
     temp.replace(path)
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def mint_ca(
+    common_name: str, lifetime: dt.timedelta, constraints: x509.NameConstraints | None = None
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A new self-signed P-256 CA: certificate signing only (path length 0, so it signs leaves
+    and never another CA), valid from an hour ago (clock skew) for ``lifetime``, limited to
+    ``constraints`` when given. The local HTTPS CA and the egress CA are both made here."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Sandgate"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + lifetime)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+    )
+    if constraints is not None:
+        builder = builder.add_extension(constraints, critical=True)
+    builder = builder.add_extension(
+        x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False
+    )
+    return key, builder.sign(key, hashes.SHA256())
+
+
+def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    """``key`` as unencrypted PKCS#8 PEM (written 0600 by ``write_private``)."""
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,

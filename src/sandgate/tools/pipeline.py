@@ -46,7 +46,7 @@ from sandgate.errors import (
 from sandgate.observability import tracing
 from sandgate.policy import DEFAULT_DENY, CallBudget, Decision, PolicyEngine, RateLimiter, Subject
 from sandgate.secrets import Redactor, SecretStore
-from sandgate.tools.budgets import RunBudgets
+from sandgate.tools.budgets import RunBudget, RunBudgets
 from sandgate.tools.executors._output import TRUNCATION_MARKER
 from sandgate.tools.names import canonical_name
 from sandgate.tools.registry import ToolRegistry
@@ -166,11 +166,15 @@ class Gateway:
         name: Any,
         arguments: Any,
         idempotency_key: str | None = None,
+        *,
+        traceparent: str | None = None,
     ) -> CallResult:
         """Runs one call through every stage; never raises a ``SandgateError`` (the result
-        carries it). Runs to completion even if the caller goes away."""
+        carries it). Runs to completion even if the caller goes away. ``traceparent`` (from
+        the calling process) is the parent of the call's span when tracing is on."""
         call = Call(subject, name, arguments, idempotency_key)
-        with tracing.span("tool.call", **_span_ids(subject)) as span:
+        ids = _span_ids(subject, self.run_budgets.get(subject.sandbox_id))
+        with tracing.span("tool.call", parent=traceparent, **ids) as span:
             try:
                 for stage in self._decide_stages:
                     await stage(call)
@@ -504,14 +508,14 @@ def _tool(call: Call) -> Tool:
     return call.tool
 
 
-def _span_ids(subject: Subject) -> dict[str, Any]:
-    """The ids a tool call's span carries: its sandbox, agent and workflow run."""
-    ids = subject.as_dict()
-    workflow = ids.get("workflow") or {}
+def _span_ids(subject: Subject, budget: RunBudget | None) -> dict[str, Any]:
+    """The ids a tool call's span carries: its sandbox, agent and run (the workflow run, or
+    the agent run active in the sandbox)."""
+    workflow = subject.as_dict().get("workflow") or {}
     return {
         "sandbox__id": subject.sandbox_id,
         "agent": subject.agent,
-        "run__id": workflow.get("run"),
+        "run__id": workflow.get("run") or (budget.run_id if budget is not None else None),
     }
 
 

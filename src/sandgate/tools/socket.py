@@ -4,14 +4,17 @@ Each sandbox gets its own Unix socket, ``<host_dir>/gateway.sock`` on the host a
 ``/run/sandgate/gateway.sock`` inside. The protocol is JSON lines, one request and one reply
 per line, any number in turn on one connection::
 
-    → {"tool": "kv", "arguments": {"op": "get", "key": "user:1"}, "idempotency_key": "k1"}
+    → {"tool": "kv", "arguments": {"op": "get", "key": "user:1"}, "idempotency_key": "k1",
+       "traceparent": "00-…-…-01"}
     ← {"ok": true, "result": {...}, "truncated": false}
     ← {"ok": false, "error": {"code": "policy_denied", "message": "...", "status": 403}}
 
-``idempotency_key`` is optional. A line longer than ``MAX_LINE`` gets an ``invalid_request``
-reply, a line that is not a strict JSON object (``sandgate.strictjson``: a duplicate key at any
-depth, ``NaN``, a lone surrogate, invalid UTF-8, nesting deeper than its cap, an integer outside
-int64) an ``invalid_json`` reply; either way the connection is closed and no tool runs.
+``idempotency_key`` is optional; so is ``traceparent`` (W3C form, from the ``TRACEPARENT`` the
+gateway gave the calling process), the span the call's trace continues while tracing is on. A
+line longer than ``MAX_LINE`` gets an ``invalid_request`` reply, a line that is not a strict
+JSON object (``sandgate.strictjson``: a duplicate key at any depth, ``NaN``, a lone surrogate,
+invalid UTF-8, nesting deeper than its cap, an integer outside int64) an ``invalid_json`` reply;
+either way the connection is closed and no tool runs.
 
 SECURITY: the caller is the sandbox the socket belongs to (``subject`` is fixed when the
 socket is created, from the store row); nothing in a request can name another sandbox, team or
@@ -68,11 +71,13 @@ class GatewaySocket(SandboxListener):
                     error = InvalidJson(exc.describe("the request line"))
                     await _reply(writer, _refusal(error.code, error.message))
                     return
+                parent = request.get("traceparent")
                 result = await self._gateway.call(
                     self._subject,
                     request.get("tool"),
                     request.get("arguments", {}),
                     request.get("idempotency_key"),
+                    traceparent=parent if isinstance(parent, str) else None,
                 )
                 await _reply(writer, result.wire())
         except (ConnectionError, asyncio.IncompleteReadError):

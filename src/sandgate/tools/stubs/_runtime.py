@@ -49,6 +49,9 @@ def call(tool, arguments, idempotency_key=None):
     request = {"tool": tool, "arguments": {k: v for k, v in arguments.items() if v is not None}}
     if idempotency_key is not None:
         request["idempotency_key"] = idempotency_key
+    parent = os.environ.get("TRACEPARENT")
+    if parent:
+        request["traceparent"] = parent
     data = (json.dumps(request) + "\\n").encode()
     sock, reader = _connection()
     try:
@@ -207,6 +210,7 @@ function call(tool, args, idempotencyKey) {
   for (const [k, v] of Object.entries(args || {})) if (v !== undefined && v !== null) clean[k] = v;
   const request = { tool, arguments: clean };
   if (idempotencyKey !== undefined) request.idempotency_key = idempotencyKey;
+  if (process.env.TRACEPARENT) request.traceparent = process.env.TRACEPARENT;
   return new Promise((resolve, reject) => {
     const sock = net.createConnection(SOCKET);
     let buffer = '';
