@@ -121,3 +121,47 @@ def test_counts_and_expiry(store: Store) -> None:
     assert [s.id for s in store.expired_sandboxes(now)] == ["old"]
     assert store.sandbox("new") is not None
     assert store.sandbox("new").started_at.tzinfo is not None  # type: ignore[union-attr]
+
+
+def test_audit_search_is_the_teams_newest_first_with_filters(store: Store) -> None:
+    """The console's audit search: one team's rows only, newest first, exact fields, an
+    event prefix taken literally (``_`` and ``%`` are not wildcards), a time range."""
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    rows = []
+    for seq, (team, event, tool, outcome) in enumerate(
+        [
+            ("a", "tool.call", "kv", "allowed"),
+            ("a", "egress.connect", None, "denied"),
+            ("b", "tool.call", "kv", "allowed"),
+            ("a", "tool.call", "kv", "denied"),
+            ("a", "egress_x.connect", None, "allowed"),
+        ],
+        start=1,
+    ):
+        rows.append(
+            {
+                "seq": seq,
+                "time": start + timedelta(minutes=seq),
+                "event": event,
+                "sandbox_id": f"s{seq % 2}",
+                "team_id": team,
+                "agent": "analyst",
+                "tool": tool,
+                "action": "get",
+                "outcome": outcome,
+                "rule_id": "r",
+                "duration_ms": 1.0,
+                "hash": f"{seq:064x}",
+            }
+        )
+    store.add_audit_entries(rows)
+
+    def seqs(**filters: object) -> list[int]:
+        return [r.seq for r in store.search_audit(team_id="a", **filters)]  # type: ignore[arg-type]
+
+    assert seqs() == [5, 4, 2, 1]
+    assert seqs(tool="kv", outcome="denied") == [4]
+    assert seqs(event_prefix="egress.") == [2]
+    assert seqs(since=start + timedelta(minutes=2), until=start + timedelta(minutes=5)) == [4, 2]
+    assert seqs(before_seq=4, limit=1) == [2]
+    assert seqs(sandbox_id="s1", agent="analyst") == [5, 1]
