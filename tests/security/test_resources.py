@@ -29,7 +29,6 @@ pytestmark = pytest.mark.docker
 MiB = 1024 * 1024
 #: Gateway RSS growth allowed while a sandbox floods (the baseline is ~100 MiB).
 RSS_BUDGET = 64 * MiB
-NEIGHBOUR_BUDGET_S = 2.0
 FLOOD_BYTES = 200 * MiB
 
 
@@ -39,11 +38,14 @@ def _server_pid(server: RunningServer) -> int:
 
 
 class Neighbour:
-    """Runs ``echo ok`` in another sandbox over and over on a thread; records each latency."""
+    """Runs ``echo ok`` in another sandbox over and over on a thread, recording when each run
+    started and ended. A gateway whose event loop a flood blocks would finish none of them
+    while the flood lasts; how long each takes depends on the machine's load, so only
+    progress is asserted, never a latency."""
 
     def __init__(self, sandbox: SandboxHttp) -> None:
         self.sandbox = sandbox
-        self.latencies: list[float] = []
+        self.runs: list[tuple[float, float]] = []
         self.failures: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -53,16 +55,18 @@ class Neighbour:
         while not self._stop.is_set():
             started = time.monotonic()
             result = self.sandbox.run("echo ok")
-            self.latencies.append(time.monotonic() - started)
+            self.runs.append((started, time.monotonic()))
             if result.stdout != "ok\n":
                 self.failures.append(repr(result))
 
-    def stop(self) -> None:
+    def stop(self, *, flood: tuple[float, float]) -> None:
+        """Stops, and asserts every run succeeded and at least one ran wholly within
+        ``flood`` (monotonic start and end of the flood)."""
         self._stop.set()
-        self._thread.join(30)
+        self._thread.join(60)
         assert not self.failures, self.failures
-        assert self.latencies, "the neighbour never ran"
-        assert max(self.latencies) < NEIGHBOUR_BUDGET_S, self.latencies
+        within = [r for r in self.runs if flood[0] <= r[0] and r[1] <= flood[1]]
+        assert within, f"no neighbour command finished during the flood: {self.runs}"
 
 
 def _start_body(command: str) -> dict[str, Any]:
@@ -78,6 +82,7 @@ def test_RES_11_binary_flood_is_delivered_and_rss_stays_flat(
     watcher = Neighbour(neighbour)
     received, end, end_error = 0, None, None
     splitter = Envelopes()
+    flood_start = time.monotonic()
     with sbx.stream(
         "process.Process/Start",
         _start_body(f"head -c {FLOOD_BYTES} /dev/urandom"),
@@ -94,7 +99,7 @@ def test_RES_11_binary_flood_is_delivered_and_rss_stays_flat(
                     received += len(event["data"].get("stdout", "")) * 3 // 4
                 end = event.get("end", end)
             peak = max(peak, rss_bytes(pid))
-    watcher.stop()
+    watcher.stop(flood=(flood_start, time.monotonic()))
     assert end_error is None and end is not None and end.get("exitCode", 0) == 0, end
     # base64 length * 3/4 over-counts by at most 2 bytes per chunk of padding.
     assert FLOOD_BYTES - received < 32 * 1024, received
@@ -117,13 +122,14 @@ def test_RES_11_yes_with_a_stalled_reader_is_held_back(
                 flood_pid = message.get("event", {}).get("start", {}).get("pid", flood_pid)
         # Stall: read nothing while watching the gateway's memory for three seconds.
         peak = before
-        deadline = time.monotonic() + 3.0
+        stalled = time.monotonic()
+        deadline = stalled + 3.0
         while time.monotonic() < deadline:
             peak = max(peak, rss_bytes(pid))
             time.sleep(0.1)
         # The reader resumes and still gets data.
         assert next(stream), "the stream died while the reader stalled"
-    watcher.stop()
+        watcher.stop(flood=(stalled, time.monotonic()))
     assert peak - before < RSS_BUDGET, f"gateway RSS grew {(peak - before) / MiB:.0f} MiB"
 
     # The client left; the process keeps running (disconnect never kills) until killed.
