@@ -215,7 +215,8 @@ def test_hostage_signal_everything_then_a_command_runs(
         user="root",
         timeout_ms=2_000,
     )
-    started = time.monotonic()
+    # A guest the signals stopped or killed would answer neither request (each has its own
+    # timeout); how fast a live one answers depends on the machine's load.
     after = _sh(runtime_server, runtime_sandbox, "echo alive; cat /etc/hostname")
     files = httpx.get(
         f"{runtime_server.url}/files",
@@ -227,10 +228,8 @@ def test_hostage_signal_everything_then_a_command_runs(
         },
         timeout=10,
     )
-    elapsed = time.monotonic() - started
     assert after.exit_code == 0 and after.stdout.split() == ["alive", "sandbox"], after
     assert files.status_code == 200 and files.text == "sandbox\n"
-    assert elapsed < 5, f"the sandbox took {elapsed:.1f}s to answer after kill -{signal_name} -1"
     info = httpx.get(
         f"{runtime_server.url}/sandboxes/{runtime_sandbox['sandboxID']}",
         headers={"X-API-Key": runtime_server.api_key},
