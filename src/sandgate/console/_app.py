@@ -39,12 +39,28 @@ from starlette.templating import Jinja2Templates
 from sandgate.access import Principal, authenticate_api_key, hash_secret
 from sandgate.agents.runner import AgentRunner
 from sandgate.api.e2b.guest_rpc import guest_failure
+from sandgate.api.e2b.uploads import Upload, UploadLimits
 from sandgate.approvals import ApprovalState
+from sandgate.console import _files
 from sandgate.console._sessions import COOKIE, READ_SCOPE, ConsoleSession, SessionTable
 from sandgate.console._terminal import Terminal
-from sandgate.console._views import age, dag_levels, describe_event, parse_time, remaining
-from sandgate.errors import Forbidden, InvalidRequest, NotFound, SandgateError
-from sandgate.guest.client import GuestError
+from sandgate.console._views import (
+    age,
+    clock,
+    dag_levels,
+    describe_event,
+    filesize,
+    parse_time,
+    remaining,
+)
+from sandgate.errors import (
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    SandboxUnavailable,
+    SandgateError,
+)
+from sandgate.guest.client import GuestClient, GuestError
 from sandgate.sandboxes import SandboxService
 from sandgate.store import KEPT_STATES, Store
 from sandgate.tools import Gateway
@@ -102,8 +118,10 @@ class Console:
         agents: AgentRunner,
         workflows: WorkflowService,
         runtime: str,
+        uploads: UploadLimits,
     ) -> None:
         self._store = store
+        self._uploads = uploads
         self._sandboxes = sandboxes
         self._gateway = gateway
         self._agents = agents
@@ -113,6 +131,8 @@ class Console:
         self._pages = Jinja2Templates(directory=str(_HERE / "templates"))
         self._pages.env.filters["age"] = age
         self._pages.env.filters["remaining"] = remaining
+        self._pages.env.filters["filesize"] = filesize
+        self._pages.env.filters["clock"] = clock
         self._pages.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True)
         self._terminal = Terminal(self.sessions, sandboxes)
         routes = [
@@ -124,6 +144,9 @@ class Console:
             Route("/sandboxes/rows", self._sandbox_rows),
             Route("/sandboxes/{sandbox_id}", self._sandbox_page),
             Route("/sandboxes/{sandbox_id}/processes", self._processes),
+            Route("/sandboxes/{sandbox_id}/files", self._files),
+            Route("/sandboxes/{sandbox_id}/download", self._download),
+            Route("/sandboxes/{sandbox_id}/upload", self._upload, methods=["POST"]),
             Route("/sandboxes/{sandbox_id}/{action}", self._sandbox_action, methods=["POST"]),
             WebSocketRoute("/sandboxes/{sandbox_id}/terminal", self._terminal.__call__),
             Route("/approvals", self._approvals_page),
@@ -306,6 +329,7 @@ class Console:
             sandbox=row,
             template=names.get(row.template_id, row.template_id),
             done=request.query_params.get("done"),
+            path=request.query_params.get("path") or "",
         )
 
     async def _processes(self, request: Request) -> Response:
@@ -317,6 +341,83 @@ class Console:
         except GuestError as exc:  # stopped meanwhile: the fragment says so, the poll goes on
             raise guest_failure(exc) from None
         return self._render(request, "_processes.html", session, sandbox=row, processes=processes)
+
+    # -- files ------------------------------------------------------------------------------
+
+    def _guest(self, request: Request, session: ConsoleSession) -> GuestClient:
+        """The guest of the session's sandbox named in the path; refused unless it runs."""
+        row = self._sandboxes.get(session.principal, request.path_params["sandbox_id"])
+        route = self._sandboxes.route(row.id) if row.state == "running" else None
+        if route is None:
+            raise SandboxUnavailable(
+                f"the sandbox is {row.state}: resume it to browse or transfer its files"
+            )
+        return route.guest
+
+    async def _files(self, request: Request) -> Response:
+        """The file browser's fragment: one directory of the sandbox (default: home)."""
+        session = self._session(request)
+        row = self._sandboxes.get(session.principal, request.path_params["sandbox_id"])
+        context: dict[str, Any] = {"sandbox": row, "listing": None, "error": None}
+        if row.state == "running":
+            try:
+                context["listing"] = await _files.listing(
+                    self._guest(request, session), request.query_params.get("path")
+                )
+            except SandgateError as exc:
+                if "hx-request" not in request.headers:
+                    raise
+                # htmx swaps only a 2xx answer: the fragment itself says what went wrong.
+                context["error"] = exc.message
+        return self._render(request, "_files.html", session, **context)
+
+    async def _download(self, request: Request) -> Response:
+        session = self._session(request)
+        guest = self._guest(request, session)
+        response = await _files.download(guest, request.query_params.get("path"))
+        response.headers.update({**_HEADERS, "Cache-Control": "no-store"})
+        log.info(
+            "console.download",
+            sandbox=request.path_params["sandbox_id"],
+            key=session.principal.api_key_id,
+        )
+        return response
+
+    async def _upload(self, request: Request) -> Response:
+        """A file from the browser's form into a directory of the sandbox.
+
+        SECURITY: the CSRF token comes in the form's URL (``?csrf=``), not its body, so
+        that it and the role are checked before a byte of the body is read, and the body
+        streams to the guest under the E2B upload path's limits without being parsed by
+        Starlette (which would stage it on the host). The token is no credential (only this
+        session's cookie makes it count) and pages send ``Referrer-Policy: same-origin``."""
+        session = self._session(request)
+        presented = request.query_params.get("csrf") or request.headers.get("x-csrf-token")
+        receiving = Upload(request, self._uploads)
+        try:
+            if not session.csrf_ok(presented):
+                raise Forbidden(_BAD_CSRF)
+            if session.read_only:
+                raise Forbidden(_READ_ONLY.format(what="upload files"))
+            directory = request.query_params.get("dir")
+            guest = self._guest(request, session)
+            entries = await _files.upload(receiving, request, guest, directory)
+        except SandgateError as exc:
+            response = await self._error(request, exc)
+            if not receiving.finished:
+                # Refused before the body ended: the rest is never read (files.py does so).
+                response.headers["connection"] = "close"
+            return response
+        log.info(
+            "console.upload",
+            sandbox=request.path_params["sandbox_id"],
+            path=entries[0].path,
+            key=session.principal.api_key_id,
+        )
+        target = urlencode({"done": f"uploaded {entries[0].path}", "path": directory or ""})
+        return RedirectResponse(
+            f"/ui/sandboxes/{request.path_params['sandbox_id']}?{target}#files", status_code=303
+        )
 
     async def _sandbox_action(self, request: Request) -> Response:
         sandbox_id = request.path_params["sandbox_id"]

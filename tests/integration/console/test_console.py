@@ -15,6 +15,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.framework.envd import run
 from tests.framework.model_server import code, text
 from tests.integration.console.conftest import CANARY, ConsoleEnv, sign_in
 
@@ -248,3 +249,59 @@ def test_a_workflow_run_is_drawn_as_its_dag_with_step_states(
     expect(levels.nth(2).locator("[data-step=report]")).to_contain_text("read_one, read_two")
     expect(page.locator("#dag .step .state", has_text="completed")).to_have_count(4)
     page.screenshot(path=str(shots / "workflow.png"))
+
+
+def test_the_file_browser_lists_home_goes_in_and_up_downloads_and_uploads(
+    console_env: ConsoleEnv, page: Page, shots: Path
+) -> None:
+    box = console_env.sandbox()
+    sandbox_id = box["sandboxID"]
+    try:
+        made = run(
+            console_env.server.url,
+            sandbox_id,
+            box["envdAccessToken"],
+            "mkdir -p ~/project && printf 'hello from the sandbox' > ~/project/notes.txt && pwd",
+        )
+        assert made.exit_code == 0, made.stderr
+        home = made.stdout.strip()
+        sign_in(page, console_env)
+        page.goto(f"{console_env.server.url}/ui/sandboxes/{sandbox_id}")
+        expect(page.locator("#files-path")).to_have_text(home)
+        page.locator("#file-list a.dir", has_text="project/").click()
+        expect(page.locator("#files-path")).to_have_text(f"{home}/project")
+        with page.expect_download() as downloading:
+            page.locator("#file-list a.download", has_text="notes.txt").click()
+        saved = downloading.value
+        assert saved.suggested_filename == "notes.txt"
+        assert Path(saved.path()).read_bytes() == b"hello from the sandbox"
+
+        page.set_input_files(
+            "#upload input[type=file]",
+            files=[{"name": "up.txt", "mimeType": "text/plain", "buffer": b"from the browser"}],
+        )
+        page.click("#upload-button")
+        expect(page.locator("#done")).to_contain_text(f"uploaded {home}/project/up.txt")
+        expect(page.locator("#files-path")).to_have_text(f"{home}/project")
+        expect(page.locator("#file-list tr[data-entry='up.txt']")).to_contain_text("16 B")
+        page.screenshot(path=str(shots / "files.png"), full_page=True)
+        check = run(
+            console_env.server.url, sandbox_id, box["envdAccessToken"], "cat ~/project/up.txt"
+        )
+        assert check.stdout == "from the browser"
+
+        page.click("#files-up")
+        expect(page.locator("#files-path")).to_have_text(home)
+        expect(page.locator("#file-list tr[data-entry='project']")).to_be_visible()
+
+        # A path that names no directory gets a message on the page, not a 500.
+        page.goto(f"{console_env.server.url}/ui/sandboxes/{sandbox_id}?path=/no/such/dir")
+        expect(page.locator("#files-error")).to_contain_text("/no/such/dir")
+        page.goto(f"{console_env.server.url}/ui/sandboxes/{sandbox_id}?path={home}/project/up.txt")
+        expect(page.locator("#files-error")).to_contain_text("is a file, not a directory")
+        missing = page.request.get(
+            f"{console_env.server.url}/ui/sandboxes/{sandbox_id}/download?path=/no/such/file"
+        )
+        assert missing.status == 404 and "/no/such/file" in missing.text()
+    finally:
+        _kill(console_env, sandbox_id)
