@@ -223,7 +223,7 @@ def test_MT_another_teams_sandbox_is_404_in_the_console(console: Console) -> Non
     with closing(client):
         assert console.sandbox_id not in client.get("/ui/sandboxes").text
         assert console.sandbox_id not in client.get("/ui/sandboxes/rows").text
-        for path in ("", "/processes"):
+        for path in ("", "/processes", "/metrics"):
             response = client.get(f"/ui/sandboxes/{console.sandbox_id}{path}")
             assert response.status_code == 404, path
         response = client.post(f"/ui/sandboxes/{console.sandbox_id}/kill", data={"csrf": token})

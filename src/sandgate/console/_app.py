@@ -42,6 +42,7 @@ from sandgate.api.e2b.guest_rpc import guest_failure
 from sandgate.api.e2b.uploads import Upload, UploadLimits
 from sandgate.approvals import ApprovalState
 from sandgate.console import _files
+from sandgate.console._charts import charts, spark
 from sandgate.console._sessions import COOKIE, READ_SCOPE, ConsoleSession, SessionTable
 from sandgate.console._terminal import Terminal
 from sandgate.console._views import (
@@ -62,7 +63,7 @@ from sandgate.errors import (
 )
 from sandgate.guest.client import GuestClient, GuestError
 from sandgate.sandboxes import SandboxService
-from sandgate.store import KEPT_STATES, Store
+from sandgate.store import KEPT_STATES, Store, TelemetryRecords
 from sandgate.tools import Gateway
 from sandgate.workflows.service import WorkflowService
 
@@ -100,6 +101,9 @@ _BAD_CSRF: Final = (
     "site): reload the page and try again"
 )
 _TIMEOUT_MAX_S: Final = 24 * 3600
+#: How far back a list row's sparklines and a sandbox page's charts reach.
+_SPARK_WINDOW_MS: Final = 5 * 60 * 1000
+_CHART_WINDOW_MS: Final = 3600 * 1000
 
 
 class _SignIn(Exception):
@@ -122,6 +126,7 @@ class Console:
     ) -> None:
         self._store = store
         self._uploads = uploads
+        self._telemetry = TelemetryRecords(store)
         self._sandboxes = sandboxes
         self._gateway = gateway
         self._agents = agents
@@ -144,6 +149,7 @@ class Console:
             Route("/sandboxes/rows", self._sandbox_rows),
             Route("/sandboxes/{sandbox_id}", self._sandbox_page),
             Route("/sandboxes/{sandbox_id}/processes", self._processes),
+            Route("/sandboxes/{sandbox_id}/metrics", self._metrics),
             Route("/sandboxes/{sandbox_id}/files", self._files),
             Route("/sandboxes/{sandbox_id}/download", self._download),
             Route("/sandboxes/{sandbox_id}/upload", self._upload, methods=["POST"]),
@@ -299,8 +305,11 @@ class Console:
             for s in page.sandboxes
             if not template or names.get(s.template_id, s.template_id) == template
         ]
+        since = int(datetime.now(UTC).timestamp() * 1000) - _SPARK_WINDOW_MS
+        samples = self._telemetry.recent_samples([s.id for s in rows], since)
         return {
             "sandboxes": rows,
+            "sparks": {sandbox_id: spark(found) for sandbox_id, found in samples.items()},
             "names": names,
             "state": state,
             "template": template,
@@ -331,6 +340,16 @@ class Console:
             done=request.query_params.get("done"),
             path=request.query_params.get("path") or "",
         )
+
+    async def _metrics(self, request: Request) -> Response:
+        """The sandbox page's CPU and memory charts (the last hour of the sampler's samples,
+        the ones ``GET /sandboxes/{id}/metrics`` serves)."""
+        session = self._session(request)
+        row = self._sandboxes.get(session.principal, request.path_params["sandbox_id"])
+        now_ms = int(datetime.now(UTC).timestamp() * 1000)
+        start_ms = max(int(row.started_at.timestamp() * 1000), now_ms - _CHART_WINDOW_MS)
+        samples = await asyncio.to_thread(self._telemetry.samples, row.id, start_ms, now_ms, 10**5)
+        return self._render(request, "_metrics.html", session, sandbox=row, charts=charts(samples))
 
     async def _processes(self, request: Request) -> Response:
         session = self._session(request)

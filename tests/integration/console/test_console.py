@@ -305,3 +305,29 @@ def test_the_file_browser_lists_home_goes_in_and_up_downloads_and_uploads(
         assert missing.status == 404 and "/no/such/file" in missing.text()
     finally:
         _kill(console_env, sandbox_id)
+
+
+def test_cpu_and_memory_are_drawn_in_the_list_and_on_the_sandbox_page(
+    console_env: ConsoleEnv, page: Page, shots: Path
+) -> None:
+    box = console_env.sandbox(metadata={"purpose": "console-metrics"})
+    sandbox_id = box["sandboxID"]
+    try:
+        with console_env.api() as api:  # the same samples the E2B endpoint serves
+            samples = api.get(f"/sandboxes/{sandbox_id}/metrics").json()
+        assert samples and samples[-1]["memTotal"] > 0
+        sign_in(page, console_env)
+        row = page.locator(f"tr[data-sandbox='{sandbox_id}']")
+        expect(row.locator("svg.spark.cpu polyline")).to_have_count(1)
+        expect(row.locator("svg.spark.mem polyline")).to_have_count(1)
+        expect(row.locator(".sparks")).to_contain_text("MiB")
+        page.screenshot(path=str(shots / "sandboxes-metrics.png"))
+        page.goto(f"{console_env.server.url}/ui/sandboxes/{sandbox_id}")
+        for chart in ("#cpu-chart", "#memory-chart"):
+            line = page.locator(f"{chart} polyline.series")
+            expect(line).to_have_count(1)
+            assert len(line.get_attribute("points").split()) >= 2  # type: ignore[union-attr]
+        expect(page.locator("#memory-chart figcaption")).to_contain_text("MiB")
+        page.locator("#metrics").screenshot(path=str(shots / "metrics.png"))
+    finally:
+        _kill(console_env, sandbox_id)
