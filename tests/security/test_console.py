@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -89,6 +90,7 @@ def _console_routes() -> list[tuple[str, str]]:
         workflows=None,  # type: ignore[arg-type]
         runtime="test",
         uploads=None,  # type: ignore[arg-type]
+        templates=None,  # type: ignore[arg-type]
     )
     found = []
     for route in app.app.routes:
@@ -112,6 +114,8 @@ def test_AUTH_01_every_console_route_needs_a_session(console: Console) -> None:
         "{approval_id}": "apr_0",
         "{decision}": "approve",
         "{run_id}": "run_0",
+        "{template_id}": "base",
+        "{build_id}": "build_0",
     }
     checked = 0
     for method, path in _console_routes():
@@ -349,3 +353,59 @@ def test_MT_another_teams_sandbox_files_are_404_in_the_console(console: Console)
     with closing(owner):
         assert _download(owner, console.sandbox_id, "/tmp/intruder.txt").status_code == 404
     assert console.alive()
+
+
+def _sandbox_ids(console: Console) -> set[str]:
+    listed = httpx.get(
+        f"{console.server.url}/v2/sandboxes", headers={"X-API-Key": console.server.api_key}
+    )
+    assert listed.status_code == 200
+    return {s["sandboxID"] for s in listed.json()}
+
+
+def test_console_start_from_a_template_needs_the_csrf_token_and_a_full_key(
+    console: Console,
+) -> None:
+    before = _sandbox_ids(console)
+    client, token = console.session()
+    viewer, viewer_token = console.session(console.read_key)
+    with closing(client), closing(viewer):
+        for form in ({}, {"csrf": ""}, {"csrf": viewer_token}):
+            response = client.post("/ui/templates/base/start", data={**form, "timeout_s": "60"})
+            assert response.status_code == 403 and "CSRF" in response.text, form
+        response = viewer.post(
+            "/ui/templates/base/start", data={"csrf": viewer_token, "timeout_s": "60"}
+        )
+        assert response.status_code == 403 and "read-only" in response.text
+        assert viewer.get("/ui/templates/base").status_code == 200  # it may look
+        # A bad timeout is a clear 400, and starts nothing either.
+        response = client.post("/ui/templates/base/start", data={"csrf": token, "timeout_s": "x"})
+        assert response.status_code == 400 and "whole number of seconds" in response.text
+    assert _sandbox_ids(console) == before
+
+
+def test_MT_another_teams_template_and_builds_are_404_in_the_console(console: Console) -> None:
+    owner = httpx.Client(
+        base_url=console.server.url, headers={"X-API-Key": console.server.api_key}, timeout=60
+    )
+    with closing(owner):
+        created = owner.post("/v3/templates", json={"name": f"console-mt-{secrets.token_hex(3)}"})
+        assert created.status_code == 202, created.text
+        ids = created.json()
+    template_id, build_id = ids["templateID"], ids["buildID"]
+    mine, _ = console.session()
+    with closing(mine):  # the positive control: the owning team sees it
+        assert mine.get(f"/ui/templates/{template_id}").status_code == 200
+        assert build_id in mine.get(f"/ui/templates/{template_id}").text
+    before = _sandbox_ids(console)
+    client, token = console.session(console.other_key)
+    with closing(client):
+        assert template_id not in client.get("/ui/templates").text
+        for path in ("", f"/builds/{build_id}", f"/builds/{build_id}/log"):
+            response = client.get(f"/ui/templates/{template_id}{path}")
+            assert response.status_code == 404, path
+        response = client.post(
+            f"/ui/templates/{template_id}/start", data={"csrf": token, "timeout_s": "60"}
+        )
+        assert response.status_code == 404
+    assert _sandbox_ids(console) == before

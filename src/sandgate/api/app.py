@@ -179,6 +179,7 @@ class Application:
             workflows=self.workflows.service,
             runtime=runtime.name,
             uploads=UploadLimits(config.limits.max_upload_bytes),
+            templates=self.templates,
         )
         control.mount("/ui", self.console.app)
 

@@ -62,8 +62,9 @@ from sandgate.errors import (
     SandgateError,
 )
 from sandgate.guest.client import GuestClient, GuestError
-from sandgate.sandboxes import SandboxService
+from sandgate.sandboxes import CreateRequest, SandboxService
 from sandgate.store import KEPT_STATES, Store, TelemetryRecords
+from sandgate.templates.builds import BuildService
 from sandgate.tools import Gateway
 from sandgate.workflows.service import WorkflowService
 
@@ -123,9 +124,11 @@ class Console:
         workflows: WorkflowService,
         runtime: str,
         uploads: UploadLimits,
+        templates: BuildService,
     ) -> None:
         self._store = store
         self._uploads = uploads
+        self._templates = templates
         self._telemetry = TelemetryRecords(store)
         self._sandboxes = sandboxes
         self._gateway = gateway
@@ -163,6 +166,10 @@ class Console:
             Route("/runs/{run_id}", self._run_page),
             Route("/workflows/{run_id}", self._workflow_page),
             Route("/templates", self._templates_page),
+            Route("/templates/{template_id}", self._template_page),
+            Route("/templates/{template_id}/start", self._start_sandbox, methods=["POST"]),
+            Route("/templates/{template_id}/builds/{build_id}", self._build_page),
+            Route("/templates/{template_id}/builds/{build_id}/log", self._build_log),
             Route("/static/vendor/{name}", self._vendor),
             Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
         ]
@@ -565,7 +572,80 @@ class Console:
         session = self._session(request)
         team = session.principal.team_id
         rows = [t for t in self._store.list_templates() if t.team_id in (None, team)]
-        return self._render(request, "templates.html", session, templates=rows)
+        return self._render(
+            request,
+            "templates.html",
+            session,
+            templates=rows,
+            done=request.query_params.get("done"),
+        )
+
+    async def _template_page(self, request: Request) -> Response:
+        """A template and its builds, newest first (a shipped template has none here: it is
+        built by ``sandgate templates build``)."""
+        session = self._session(request)
+        template = self._templates.template(
+            session.principal.team_id, request.path_params["template_id"]
+        )
+        builds = await asyncio.to_thread(self._templates.builds, template)
+        return self._render(
+            request,
+            "template.html",
+            session,
+            template=template,
+            builds=sorted(builds, key=lambda b: b.created_at, reverse=True),
+        )
+
+    def _build_view(self, request: Request, session: ConsoleSession) -> dict[str, Any]:
+        build = self._templates.build(
+            session.principal.team_id,
+            request.path_params["template_id"],
+            request.path_params["build_id"],
+        )
+        # The log the E2B build status endpoint serves (``logs``), every line of it.
+        entries = self._templates.logs(build.id, 0, 10**6)
+        return {"build": build, "entries": entries}
+
+    async def _build_page(self, request: Request) -> Response:
+        session = self._session(request)
+        template = self._templates.template(
+            session.principal.team_id, request.path_params["template_id"]
+        )
+        view = await asyncio.to_thread(self._build_view, request, session)
+        return self._render(request, "build.html", session, template=template, **view)
+
+    async def _build_log(self, request: Request) -> Response:
+        """The build's state and log, polled by its page while it runs."""
+        session = self._session(request)
+        view = await asyncio.to_thread(self._build_view, request, session)
+        return self._render(request, "_build_log.html", session, **view)
+
+    async def _start_sandbox(self, request: Request) -> Response:
+        """Starts a sandbox from the template through the same service call as E2B's
+        ``POST /sandboxes`` (the session's team, its quotas and the template's resources),
+        then shows it."""
+        template_id = request.path_params["template_id"]
+        session, form = await self._action(request, "start sandboxes")
+        template = self._templates.template(session.principal.team_id, template_id)
+        row = await self._sandboxes.create(
+            session.principal,
+            CreateRequest(
+                template=template.id,
+                timeout_s=_seconds(form),
+                metadata={},
+                envs={},
+                # E2B's default (as the API's): only what egress.internet_access lists.
+                allow_internet_access=True,
+            ),
+        )
+        log.info(
+            "console.sandbox_started",
+            template=template.id,
+            sandbox=row.id,
+            key=session.principal.api_key_id,
+        )
+        done = urlencode({"done": f"started from {template.display_name}"})
+        return RedirectResponse(f"/ui/sandboxes/{row.id}?{done}", status_code=303)
 
     # -- assets -----------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from pathlib import Path
 
 import httpx
@@ -17,6 +18,7 @@ from playwright.sync_api import Page, expect
 
 from tests.framework.envd import run
 from tests.framework.model_server import code, text
+from tests.framework.template_api import start_build, wait_build
 from tests.integration.console.conftest import CANARY, ConsoleEnv, sign_in
 
 
@@ -329,5 +331,45 @@ def test_cpu_and_memory_are_drawn_in_the_list_and_on_the_sandbox_page(
             assert len(line.get_attribute("points").split()) >= 2  # type: ignore[union-attr]
         expect(page.locator("#memory-chart figcaption")).to_contain_text("MiB")
         page.locator("#metrics").screenshot(path=str(shots / "metrics.png"))
+    finally:
+        _kill(console_env, sandbox_id)
+
+
+def test_a_templates_builds_and_log_and_starting_a_sandbox_from_a_template(
+    console_env: ConsoleEnv, page: Page, shots: Path
+) -> None:
+    mark = f"console-build-{secrets.token_hex(4)}"
+    with console_env.api() as api:
+        template_id, build_id = start_build(
+            api,
+            f"console-tpl-{secrets.token_hex(3)}",
+            {"fromTemplate": "base", "steps": [{"type": "RUN", "args": [f"echo {mark}"]}]},
+        )
+        status = wait_build(api, template_id, build_id)
+    assert status["status"] == "ready", status
+    sign_in(page, console_env)
+    page.goto(f"{console_env.server.url}/ui/templates")
+    page.click(f"#templates tr[data-template='{template_id}'] a")
+    row = page.locator(f"#builds tr[data-build='{build_id}']")
+    expect(row.locator(".state")).to_have_text("ready")
+    page.screenshot(path=str(shots / "template.png"))
+    row.locator("a").click()
+    expect(page.locator("#build-state")).to_have_text("ready")
+    # The same lines the E2B build status endpoint serves.
+    for line in status["logs"]:
+        expect(page.locator("#build-log")).to_contain_text(line.split("] ", 1)[1])
+    expect(page.locator("#build-log")).to_contain_text(mark)
+    page.screenshot(path=str(shots / "build.png"), full_page=True)
+
+    page.goto(f"{console_env.server.url}/ui/templates")
+    page.locator("#templates tr", has_text="base").first.locator("button.start").click()
+    expect(page).to_have_url(re.compile(r"/ui/sandboxes/[a-z0-9]+\?done=started"))
+    expect(page.locator("#sandbox-state")).to_have_text("running")
+    sandbox_id = page.url.split("/ui/sandboxes/")[1].split("?")[0]
+    try:
+        with console_env.api() as api:
+            listed = api.get(f"/sandboxes/{sandbox_id}").json()
+        assert listed["state"] == "running" and listed["alias"] == "base"
+        expect(page.locator("#done")).to_contain_text("started from base")
     finally:
         _kill(console_env, sandbox_id)
