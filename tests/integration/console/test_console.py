@@ -286,7 +286,7 @@ def test_the_file_browser_lists_home_goes_in_and_up_downloads_and_uploads(
         expect(page.locator("#done")).to_contain_text(f"uploaded {home}/project/up.txt")
         expect(page.locator("#files-path")).to_have_text(f"{home}/project")
         expect(page.locator("#file-list tr[data-entry='up.txt']")).to_contain_text("16 B")
-        page.screenshot(path=str(shots / "files.png"), full_page=True)
+        page.locator("#files").screenshot(path=str(shots / "files.png"))
         check = run(
             console_env.server.url, sandbox_id, box["envdAccessToken"], "cat ~/project/up.txt"
         )
@@ -318,17 +318,31 @@ def test_cpu_and_memory_are_drawn_in_the_list_and_on_the_sandbox_page(
         with console_env.api() as api:  # the same samples the E2B endpoint serves
             samples = api.get(f"/sandboxes/{sandbox_id}/metrics").json()
         assert samples and samples[-1]["memTotal"] > 0
+        busy = run(
+            console_env.server.url,
+            sandbox_id,
+            box["envdAccessToken"],
+            "nohup timeout 120 sh -c 'while :; do :; done' >/dev/null 2>&1 &",
+        )
+        assert busy.exit_code == 0, busy.stderr
         sign_in(page, console_env)
         row = page.locator(f"tr[data-sandbox='{sandbox_id}']")
         expect(row.locator("svg.spark.cpu polyline")).to_have_count(1)
+        # The list refreshes itself: the line grows as samples arrive (one a second here).
+        expect(row.locator("svg.spark.cpu polyline")).to_have_attribute(
+            "points", re.compile(r"^(\S+ ){3,}\S+$"), timeout=60_000
+        )
         expect(row.locator("svg.spark.mem polyline")).to_have_count(1)
         expect(row.locator(".sparks")).to_contain_text("MiB")
         page.screenshot(path=str(shots / "sandboxes-metrics.png"))
         page.goto(f"{console_env.server.url}/ui/sandboxes/{sandbox_id}")
         for chart in ("#cpu-chart", "#memory-chart"):
-            line = page.locator(f"{chart} polyline.series")
-            expect(line).to_have_count(1)
-            assert len(line.get_attribute("points").split()) >= 2  # type: ignore[union-attr]
+            expect(page.locator(f"{chart} polyline.series")).to_have_count(1)
+        expect(page.locator("#cpu-chart polyline.series")).to_have_attribute(
+            "points",
+            re.compile(r"^(\S+ ){5,}\S+$"),  # the page refreshes its charts every 5 s
+            timeout=60_000,
+        )
         expect(page.locator("#memory-chart figcaption")).to_contain_text("MiB")
         page.locator("#metrics").screenshot(path=str(shots / "metrics.png"))
     finally:
