@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -88,6 +89,8 @@ def _console_routes() -> list[tuple[str, str]]:
         agents=None,  # type: ignore[arg-type]
         workflows=None,  # type: ignore[arg-type]
         runtime="test",
+        uploads=None,  # type: ignore[arg-type]
+        templates=None,  # type: ignore[arg-type]
     )
     found = []
     for route in app.app.routes:
@@ -111,6 +114,8 @@ def test_AUTH_01_every_console_route_needs_a_session(console: Console) -> None:
         "{approval_id}": "apr_0",
         "{decision}": "approve",
         "{run_id}": "run_0",
+        "{template_id}": "base",
+        "{build_id}": "build_0",
     }
     checked = 0
     for method, path in _console_routes():
@@ -222,7 +227,7 @@ def test_MT_another_teams_sandbox_is_404_in_the_console(console: Console) -> Non
     with closing(client):
         assert console.sandbox_id not in client.get("/ui/sandboxes").text
         assert console.sandbox_id not in client.get("/ui/sandboxes/rows").text
-        for path in ("", "/processes"):
+        for path in ("", "/processes", "/metrics"):
             response = client.get(f"/ui/sandboxes/{console.sandbox_id}{path}")
             assert response.status_code == 404, path
         response = client.post(f"/ui/sandboxes/{console.sandbox_id}/kill", data={"csrf": token})
@@ -273,3 +278,134 @@ def test_AUTH_05_console_terminal_needs_a_session_and_this_servers_origin(
             while b"console-42" not in seen:
                 frame = ws.recv(timeout=60)
                 seen += frame if isinstance(frame, bytes) else frame.encode()
+
+
+def _upload(
+    client: httpx.Client, sandbox_id: str, token: str | None, name: str, data: bytes
+) -> httpx.Response:
+    query = {"dir": "/tmp"} | ({"csrf": token} if token is not None else {})
+    return client.post(
+        f"/ui/sandboxes/{sandbox_id}/upload", params=query, files={"file": (name, data)}
+    )
+
+
+def _download(client: httpx.Client, sandbox_id: str, path: str) -> httpx.Response:
+    return client.get(f"/ui/sandboxes/{sandbox_id}/download", params={"path": path})
+
+
+def test_console_upload_needs_the_csrf_token_and_a_full_key(console: Console) -> None:
+    client, token = console.session()
+    viewer, viewer_token = console.session(console.read_key)
+    with closing(client), closing(viewer):
+        for presented in (None, "", "x" * len(token), viewer_token):
+            response = _upload(client, console.sandbox_id, presented, "csrf.txt", b"forged")
+            assert response.status_code == 403 and "CSRF" in response.text, presented
+        response = _upload(viewer, console.sandbox_id, viewer_token, "viewer.txt", b"read-only")
+        assert response.status_code == 403 and "read-only" in response.text
+        # Nothing was written; the viewer may still list and download (a read).
+        for name in ("csrf.txt", "viewer.txt"):
+            assert _download(client, console.sandbox_id, f"/tmp/{name}").status_code == 404
+        assert viewer.get(f"/ui/sandboxes/{console.sandbox_id}/files?path=/tmp").status_code == 200
+        # The positive control: the session's own token and a full key upload.
+        response = _upload(client, console.sandbox_id, token, "ok.txt", b"uploaded")
+        assert response.status_code == 303, response.text
+        assert _download(viewer, console.sandbox_id, "/tmp/ok.txt").content == b"uploaded"
+    assert console.alive()
+
+
+def test_console_upload_is_bounded_by_the_upload_limit(console: Console) -> None:
+    """A body declared larger than ``limits.max_upload_mib`` (the E2B ``/files`` limit) is
+    refused before it is read; one within it may exceed the JSON body limit."""
+    import http.client
+
+    client, token = console.session()
+    with closing(client):
+        host = console.server.url.removeprefix("http://")
+        conn = http.client.HTTPConnection(host, timeout=60)
+        query = httpx.QueryParams({"csrf": token, "dir": "/tmp"})
+        conn.putrequest("POST", f"/ui/sandboxes/{console.sandbox_id}/upload?{query}")
+        conn.putheader("Cookie", f"sandgate_console={client.cookies['sandgate_console']}")
+        conn.putheader("Content-Type", "multipart/form-data; boundary=b")
+        conn.putheader("Content-Length", str(1 << 40))
+        conn.endheaders(b"--b\r\n")
+        response = conn.getresponse()
+        body = response.read().decode()
+        conn.close()
+        assert response.status == 413 and "larger than the limit" in body
+        assert response.getheader("connection") == "close"
+        # Within the limit, a file larger than the control plane's JSON body limit passes.
+        big = bytes(range(256)) * (3 * 4096)  # 3 MiB
+        response = _upload(client, console.sandbox_id, token, "big.bin", big)
+        assert response.status_code == 303, response.text
+        assert _download(client, console.sandbox_id, "/tmp/big.bin").content == big
+    assert console.alive()
+
+
+def test_MT_another_teams_sandbox_files_are_404_in_the_console(console: Console) -> None:
+    client, token = console.session(console.other_key)
+    with closing(client):
+        for path in ("/files", "/files?path=/etc", "/download?path=/etc/hostname"):
+            response = client.get(f"/ui/sandboxes/{console.sandbox_id}{path}")
+            assert response.status_code == 404, path
+        response = _upload(client, console.sandbox_id, token, "intruder.txt", b"x")
+        assert response.status_code == 404
+    owner, _ = console.session()
+    with closing(owner):
+        assert _download(owner, console.sandbox_id, "/tmp/intruder.txt").status_code == 404
+    assert console.alive()
+
+
+def _sandbox_ids(console: Console) -> set[str]:
+    listed = httpx.get(
+        f"{console.server.url}/v2/sandboxes", headers={"X-API-Key": console.server.api_key}
+    )
+    assert listed.status_code == 200
+    return {s["sandboxID"] for s in listed.json()}
+
+
+def test_console_start_from_a_template_needs_the_csrf_token_and_a_full_key(
+    console: Console,
+) -> None:
+    before = _sandbox_ids(console)
+    client, token = console.session()
+    viewer, viewer_token = console.session(console.read_key)
+    with closing(client), closing(viewer):
+        for form in ({}, {"csrf": ""}, {"csrf": viewer_token}):
+            response = client.post("/ui/templates/base/start", data={**form, "timeout_s": "60"})
+            assert response.status_code == 403 and "CSRF" in response.text, form
+        response = viewer.post(
+            "/ui/templates/base/start", data={"csrf": viewer_token, "timeout_s": "60"}
+        )
+        assert response.status_code == 403 and "read-only" in response.text
+        assert viewer.get("/ui/templates/base").status_code == 200  # it may look
+        # A bad timeout is a clear 400, and starts nothing either.
+        response = client.post("/ui/templates/base/start", data={"csrf": token, "timeout_s": "x"})
+        assert response.status_code == 400 and "whole number of seconds" in response.text
+    assert _sandbox_ids(console) == before
+
+
+def test_MT_another_teams_template_and_builds_are_404_in_the_console(console: Console) -> None:
+    owner = httpx.Client(
+        base_url=console.server.url, headers={"X-API-Key": console.server.api_key}, timeout=60
+    )
+    with closing(owner):
+        created = owner.post("/v3/templates", json={"name": f"console-mt-{secrets.token_hex(3)}"})
+        assert created.status_code == 202, created.text
+        ids = created.json()
+    template_id, build_id = ids["templateID"], ids["buildID"]
+    mine, _ = console.session()
+    with closing(mine):  # the positive control: the owning team sees it
+        assert mine.get(f"/ui/templates/{template_id}").status_code == 200
+        assert build_id in mine.get(f"/ui/templates/{template_id}").text
+    before = _sandbox_ids(console)
+    client, token = console.session(console.other_key)
+    with closing(client):
+        assert template_id not in client.get("/ui/templates").text
+        for path in ("", f"/builds/{build_id}", f"/builds/{build_id}/log"):
+            response = client.get(f"/ui/templates/{template_id}{path}")
+            assert response.status_code == 404, path
+        response = client.post(
+            f"/ui/templates/{template_id}/start", data={"csrf": token, "timeout_s": "60"}
+        )
+        assert response.status_code == 404
+    assert _sandbox_ids(console) == before

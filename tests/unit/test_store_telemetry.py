@@ -57,6 +57,16 @@ def test_samples_by_range_and_newest(store: Store) -> None:  # noqa: F811
     assert [s.time_ms for s in records.samples("a", 0, 10_000, 100)] == [3000]
 
 
+def test_recent_samples_of_many_sandboxes_in_one_query(store: Store) -> None:  # noqa: F811
+    records = TelemetryRecords(store)
+    records.add_samples(
+        [_sample("a", t) for t in (3000, 1000, 2000)] + [_sample("b", 500), _sample("c", 2500)]
+    )
+    recent = records.recent_samples(["a", "b", "missing"], 1500)
+    assert {k: [s.time_ms for s in v] for k, v in recent.items()} == {"a": [2000, 3000]}
+    assert records.recent_samples([], 0) == {}
+
+
 def test_log_ring_keeps_the_newest_of_each_sandbox(store: Store) -> None:  # noqa: F811
     records = TelemetryRecords(store)
     records.add_log_entries([_entry("a", t, f"a{t}") for t in range(10)], ring=4)

@@ -178,6 +178,8 @@ class Application:
             agents=self.agents,
             workflows=self.workflows.service,
             runtime=runtime.name,
+            uploads=UploadLimits(config.limits.max_upload_bytes),
+            templates=self.templates,
         )
         control.mount("/ui", self.console.app)
 
@@ -425,7 +427,10 @@ class BodyLimit:
 class TemplateUploads:
     """Sends ``PUT /templates/<id>/files/<hash>/upload`` (a build-context archive, gzip'ed tar,
     no content type) straight to the control app: its route streams it to disk under
-    ``templates.max_context_mib``. Everything else goes through the JSON checks (``checked``).
+    ``templates.max_context_mib``, and the console's file upload (``POST
+    /ui/sandboxes/<id>/upload``) too: it streams the form to the sandbox under
+    ``limits.max_upload_mib`` (console/_files.py). Everything else goes through the JSON
+    checks (``checked``).
     """
 
     def __init__(self, checked: ASGIApp, control: ASGIApp) -> None:
@@ -440,6 +445,12 @@ class TemplateUploads:
             and path.startswith("/templates/")
             and path.endswith("/upload")
             and path.count("/") == 5
+        ) or (
+            scope["type"] == "http"
+            and scope.get("method") == "POST"
+            and path.startswith("/ui/sandboxes/")
+            and path.endswith("/upload")
+            and path.count("/") == 4
         ):
             await self._control(scope, receive, send)
             return

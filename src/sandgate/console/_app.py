@@ -39,14 +39,32 @@ from starlette.templating import Jinja2Templates
 from sandgate.access import Principal, authenticate_api_key, hash_secret
 from sandgate.agents.runner import AgentRunner
 from sandgate.api.e2b.guest_rpc import guest_failure
+from sandgate.api.e2b.uploads import Upload, UploadLimits
 from sandgate.approvals import ApprovalState
+from sandgate.console import _files
+from sandgate.console._charts import charts, spark
 from sandgate.console._sessions import COOKIE, READ_SCOPE, ConsoleSession, SessionTable
 from sandgate.console._terminal import Terminal
-from sandgate.console._views import age, dag_levels, describe_event, parse_time, remaining
-from sandgate.errors import Forbidden, InvalidRequest, NotFound, SandgateError
-from sandgate.guest.client import GuestError
-from sandgate.sandboxes import SandboxService
-from sandgate.store import KEPT_STATES, Store
+from sandgate.console._views import (
+    age,
+    clock,
+    dag_levels,
+    describe_event,
+    filesize,
+    parse_time,
+    remaining,
+)
+from sandgate.errors import (
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    SandboxUnavailable,
+    SandgateError,
+)
+from sandgate.guest.client import GuestClient, GuestError
+from sandgate.sandboxes import CreateRequest, SandboxService
+from sandgate.store import KEPT_STATES, Store, TelemetryRecords
+from sandgate.templates.builds import BuildService
 from sandgate.tools import Gateway
 from sandgate.workflows.service import WorkflowService
 
@@ -84,6 +102,9 @@ _BAD_CSRF: Final = (
     "site): reload the page and try again"
 )
 _TIMEOUT_MAX_S: Final = 24 * 3600
+#: How far back a list row's sparklines and a sandbox page's charts reach.
+_SPARK_WINDOW_MS: Final = 5 * 60 * 1000
+_CHART_WINDOW_MS: Final = 3600 * 1000
 
 
 class _SignIn(Exception):
@@ -102,8 +123,13 @@ class Console:
         agents: AgentRunner,
         workflows: WorkflowService,
         runtime: str,
+        uploads: UploadLimits,
+        templates: BuildService,
     ) -> None:
         self._store = store
+        self._uploads = uploads
+        self._templates = templates
+        self._telemetry = TelemetryRecords(store)
         self._sandboxes = sandboxes
         self._gateway = gateway
         self._agents = agents
@@ -113,6 +139,8 @@ class Console:
         self._pages = Jinja2Templates(directory=str(_HERE / "templates"))
         self._pages.env.filters["age"] = age
         self._pages.env.filters["remaining"] = remaining
+        self._pages.env.filters["filesize"] = filesize
+        self._pages.env.filters["clock"] = clock
         self._pages.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True)
         self._terminal = Terminal(self.sessions, sandboxes)
         routes = [
@@ -124,6 +152,10 @@ class Console:
             Route("/sandboxes/rows", self._sandbox_rows),
             Route("/sandboxes/{sandbox_id}", self._sandbox_page),
             Route("/sandboxes/{sandbox_id}/processes", self._processes),
+            Route("/sandboxes/{sandbox_id}/metrics", self._metrics),
+            Route("/sandboxes/{sandbox_id}/files", self._files),
+            Route("/sandboxes/{sandbox_id}/download", self._download),
+            Route("/sandboxes/{sandbox_id}/upload", self._upload, methods=["POST"]),
             Route("/sandboxes/{sandbox_id}/{action}", self._sandbox_action, methods=["POST"]),
             WebSocketRoute("/sandboxes/{sandbox_id}/terminal", self._terminal.__call__),
             Route("/approvals", self._approvals_page),
@@ -134,6 +166,10 @@ class Console:
             Route("/runs/{run_id}", self._run_page),
             Route("/workflows/{run_id}", self._workflow_page),
             Route("/templates", self._templates_page),
+            Route("/templates/{template_id}", self._template_page),
+            Route("/templates/{template_id}/start", self._start_sandbox, methods=["POST"]),
+            Route("/templates/{template_id}/builds/{build_id}", self._build_page),
+            Route("/templates/{template_id}/builds/{build_id}/log", self._build_log),
             Route("/static/vendor/{name}", self._vendor),
             Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
         ]
@@ -276,8 +312,11 @@ class Console:
             for s in page.sandboxes
             if not template or names.get(s.template_id, s.template_id) == template
         ]
+        since = int(datetime.now(UTC).timestamp() * 1000) - _SPARK_WINDOW_MS
+        samples = self._telemetry.recent_samples([s.id for s in rows], since)
         return {
             "sandboxes": rows,
+            "sparks": {sandbox_id: spark(found) for sandbox_id, found in samples.items()},
             "names": names,
             "state": state,
             "template": template,
@@ -306,7 +345,18 @@ class Console:
             sandbox=row,
             template=names.get(row.template_id, row.template_id),
             done=request.query_params.get("done"),
+            path=request.query_params.get("path") or "",
         )
+
+    async def _metrics(self, request: Request) -> Response:
+        """The sandbox page's CPU and memory charts (the last hour of the sampler's samples,
+        the ones ``GET /sandboxes/{id}/metrics`` serves)."""
+        session = self._session(request)
+        row = self._sandboxes.get(session.principal, request.path_params["sandbox_id"])
+        now_ms = int(datetime.now(UTC).timestamp() * 1000)
+        start_ms = max(int(row.started_at.timestamp() * 1000), now_ms - _CHART_WINDOW_MS)
+        samples = await asyncio.to_thread(self._telemetry.samples, row.id, start_ms, now_ms, 10**5)
+        return self._render(request, "_metrics.html", session, sandbox=row, charts=charts(samples))
 
     async def _processes(self, request: Request) -> Response:
         session = self._session(request)
@@ -317,6 +367,83 @@ class Console:
         except GuestError as exc:  # stopped meanwhile: the fragment says so, the poll goes on
             raise guest_failure(exc) from None
         return self._render(request, "_processes.html", session, sandbox=row, processes=processes)
+
+    # -- files ------------------------------------------------------------------------------
+
+    def _guest(self, request: Request, session: ConsoleSession) -> GuestClient:
+        """The guest of the session's sandbox named in the path; refused unless it runs."""
+        row = self._sandboxes.get(session.principal, request.path_params["sandbox_id"])
+        route = self._sandboxes.route(row.id) if row.state == "running" else None
+        if route is None:
+            raise SandboxUnavailable(
+                f"the sandbox is {row.state}: resume it to browse or transfer its files"
+            )
+        return route.guest
+
+    async def _files(self, request: Request) -> Response:
+        """The file browser's fragment: one directory of the sandbox (default: home)."""
+        session = self._session(request)
+        row = self._sandboxes.get(session.principal, request.path_params["sandbox_id"])
+        context: dict[str, Any] = {"sandbox": row, "listing": None, "error": None}
+        if row.state == "running":
+            try:
+                context["listing"] = await _files.listing(
+                    self._guest(request, session), request.query_params.get("path")
+                )
+            except SandgateError as exc:
+                if "hx-request" not in request.headers:
+                    raise
+                # htmx swaps only a 2xx answer: the fragment itself says what went wrong.
+                context["error"] = exc.message
+        return self._render(request, "_files.html", session, **context)
+
+    async def _download(self, request: Request) -> Response:
+        session = self._session(request)
+        guest = self._guest(request, session)
+        response = await _files.download(guest, request.query_params.get("path"))
+        response.headers.update({**_HEADERS, "Cache-Control": "no-store"})
+        log.info(
+            "console.download",
+            sandbox=request.path_params["sandbox_id"],
+            key=session.principal.api_key_id,
+        )
+        return response
+
+    async def _upload(self, request: Request) -> Response:
+        """A file from the browser's form into a directory of the sandbox.
+
+        SECURITY: the CSRF token comes in the form's URL (``?csrf=``), not its body, so
+        that it and the role are checked before a byte of the body is read, and the body
+        streams to the guest under the E2B upload path's limits without being parsed by
+        Starlette (which would stage it on the host). The token is no credential (only this
+        session's cookie makes it count) and pages send ``Referrer-Policy: same-origin``."""
+        session = self._session(request)
+        presented = request.query_params.get("csrf") or request.headers.get("x-csrf-token")
+        receiving = Upload(request, self._uploads)
+        try:
+            if not session.csrf_ok(presented):
+                raise Forbidden(_BAD_CSRF)
+            if session.read_only:
+                raise Forbidden(_READ_ONLY.format(what="upload files"))
+            directory = request.query_params.get("dir")
+            guest = self._guest(request, session)
+            entries = await _files.upload(receiving, request, guest, directory)
+        except SandgateError as exc:
+            response = await self._error(request, exc)
+            if not receiving.finished:
+                # Refused before the body ended: the rest is never read (files.py does so).
+                response.headers["connection"] = "close"
+            return response
+        log.info(
+            "console.upload",
+            sandbox=request.path_params["sandbox_id"],
+            path=entries[0].path,
+            key=session.principal.api_key_id,
+        )
+        target = urlencode({"done": f"uploaded {entries[0].path}", "path": directory or ""})
+        return RedirectResponse(
+            f"/ui/sandboxes/{request.path_params['sandbox_id']}?{target}#files", status_code=303
+        )
 
     async def _sandbox_action(self, request: Request) -> Response:
         sandbox_id = request.path_params["sandbox_id"]
@@ -445,7 +572,80 @@ class Console:
         session = self._session(request)
         team = session.principal.team_id
         rows = [t for t in self._store.list_templates() if t.team_id in (None, team)]
-        return self._render(request, "templates.html", session, templates=rows)
+        return self._render(
+            request,
+            "templates.html",
+            session,
+            templates=rows,
+            done=request.query_params.get("done"),
+        )
+
+    async def _template_page(self, request: Request) -> Response:
+        """A template and its builds, newest first (a shipped template has none here: it is
+        built by ``sandgate templates build``)."""
+        session = self._session(request)
+        template = self._templates.template(
+            session.principal.team_id, request.path_params["template_id"]
+        )
+        builds = await asyncio.to_thread(self._templates.builds, template)
+        return self._render(
+            request,
+            "template.html",
+            session,
+            template=template,
+            builds=sorted(builds, key=lambda b: b.created_at, reverse=True),
+        )
+
+    def _build_view(self, request: Request, session: ConsoleSession) -> dict[str, Any]:
+        build = self._templates.build(
+            session.principal.team_id,
+            request.path_params["template_id"],
+            request.path_params["build_id"],
+        )
+        # The log the E2B build status endpoint serves (``logs``), every line of it.
+        entries = self._templates.logs(build.id, 0, 10**6)
+        return {"build": build, "entries": entries}
+
+    async def _build_page(self, request: Request) -> Response:
+        session = self._session(request)
+        template = self._templates.template(
+            session.principal.team_id, request.path_params["template_id"]
+        )
+        view = await asyncio.to_thread(self._build_view, request, session)
+        return self._render(request, "build.html", session, template=template, **view)
+
+    async def _build_log(self, request: Request) -> Response:
+        """The build's state and log, polled by its page while it runs."""
+        session = self._session(request)
+        view = await asyncio.to_thread(self._build_view, request, session)
+        return self._render(request, "_build_log.html", session, **view)
+
+    async def _start_sandbox(self, request: Request) -> Response:
+        """Starts a sandbox from the template through the same service call as E2B's
+        ``POST /sandboxes`` (the session's team, its quotas and the template's resources),
+        then shows it."""
+        template_id = request.path_params["template_id"]
+        session, form = await self._action(request, "start sandboxes")
+        template = self._templates.template(session.principal.team_id, template_id)
+        row = await self._sandboxes.create(
+            session.principal,
+            CreateRequest(
+                template=template.id,
+                timeout_s=_seconds(form),
+                metadata={},
+                envs={},
+                # E2B's default (as the API's): only what egress.internet_access lists.
+                allow_internet_access=True,
+            ),
+        )
+        log.info(
+            "console.sandbox_started",
+            template=template.id,
+            sandbox=row.id,
+            key=session.principal.api_key_id,
+        )
+        done = urlencode({"done": f"started from {template.display_name}"})
+        return RedirectResponse(f"/ui/sandboxes/{row.id}?{done}", status_code=303)
 
     # -- assets -----------------------------------------------------------------------------
 

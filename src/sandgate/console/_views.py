@@ -11,7 +11,16 @@ from typing import Any
 from sandgate.errors import InvalidRequest
 from sandgate.store import WorkflowStepRecord
 
-__all__ = ["TraceCard", "age", "dag_levels", "describe_event", "parse_time", "remaining"]
+__all__ = [
+    "TraceCard",
+    "age",
+    "clock",
+    "dag_levels",
+    "describe_event",
+    "filesize",
+    "parse_time",
+    "remaining",
+]
 
 
 def age(when: datetime | None) -> str:
@@ -23,6 +32,21 @@ def age(when: datetime | None) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def filesize(count: int) -> str:
+    """Bytes as a short size: ``812 B``, ``4.0 KiB``, ``1.5 MiB``, ``2.0 GiB``."""
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"  # pragma: no cover - the loop returns
+
+
+def clock(seconds: float) -> str:
+    """A unix time as ``2026-12-01 10:00:00`` (UTC)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def parse_time(name: str, value: str) -> datetime | None:

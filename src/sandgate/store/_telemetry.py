@@ -99,6 +99,27 @@ class TelemetryRecords:
             )
             return {row.sandbox_id: row for row in s.scalars(query)}
 
+    def recent_samples(
+        self, sandbox_ids: Sequence[str], since_ms: int
+    ) -> dict[str, list[SandboxMetricSample]]:
+        """Each of ``sandbox_ids``' samples from ``since_ms`` on, oldest first, in one query
+        (the console's sparklines for a whole list); sandboxes without any are left out."""
+        if not sandbox_ids:
+            return {}
+        found: dict[str, list[SandboxMetricSample]] = {}
+        with self._store.session() as s:
+            query = (
+                select(SandboxMetricSample)
+                .where(
+                    SandboxMetricSample.sandbox_id.in_(list(sandbox_ids)),
+                    SandboxMetricSample.time_ms >= since_ms,
+                )
+                .order_by(SandboxMetricSample.time_ms, SandboxMetricSample.id)
+            )
+            for row in s.scalars(query):
+                found.setdefault(row.sandbox_id, []).append(row)
+        return found
+
     def prune_samples(self, before_ms: int) -> int:
         """Deletes samples older than ``before_ms``; returns how many."""
         with self._store.session() as s:

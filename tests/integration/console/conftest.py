@@ -2,7 +2,8 @@
 
 The browser is Debian's ``chromium`` driven by Playwright's Python API (no browser is
 downloaded). The server has an agent whose model is the scripted model server, a policy that
-asks a person before ``kv set`` for the ``approver`` agent, and keys: a full one, a
+asks a person before ``kv set`` for the ``approver`` agent, a metrics sample every second
+(so charts fill within a test), and keys: a full one, a
 read-only one (``--scope read``) and one of another team.
 """
 
@@ -53,6 +54,8 @@ policy:
       action: get
 approvals:
   timeout_s: 300
+metrics:
+  interval_s: 1
 """
 #: A secret's value: the approval page must show it redacted, never as is.
 CANARY = "CONSOLE-CANARY-4b7d0e9a21c6"

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from pathlib import Path
 
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.framework.envd import run
 from tests.framework.model_server import code, text
+from tests.framework.template_api import start_build, wait_build
 from tests.integration.console.conftest import CANARY, ConsoleEnv, sign_in
 
 
@@ -248,3 +251,139 @@ def test_a_workflow_run_is_drawn_as_its_dag_with_step_states(
     expect(levels.nth(2).locator("[data-step=report]")).to_contain_text("read_one, read_two")
     expect(page.locator("#dag .step .state", has_text="completed")).to_have_count(4)
     page.screenshot(path=str(shots / "workflow.png"))
+
+
+def test_the_file_browser_lists_home_goes_in_and_up_downloads_and_uploads(
+    console_env: ConsoleEnv, page: Page, shots: Path
+) -> None:
+    box = console_env.sandbox()
+    sandbox_id = box["sandboxID"]
+    try:
+        made = run(
+            console_env.server.url,
+            sandbox_id,
+            box["envdAccessToken"],
+            "mkdir -p ~/project && printf 'hello from the sandbox' > ~/project/notes.txt && pwd",
+        )
+        assert made.exit_code == 0, made.stderr
+        home = made.stdout.strip()
+        sign_in(page, console_env)
+        page.goto(f"{console_env.server.url}/ui/sandboxes/{sandbox_id}")
+        expect(page.locator("#files-path")).to_have_text(home)
+        page.locator("#file-list a.dir", has_text="project/").click()
+        expect(page.locator("#files-path")).to_have_text(f"{home}/project")
+        with page.expect_download() as downloading:
+            page.locator("#file-list a.download", has_text="notes.txt").click()
+        saved = downloading.value
+        assert saved.suggested_filename == "notes.txt"
+        assert Path(saved.path()).read_bytes() == b"hello from the sandbox"
+
+        page.set_input_files(
+            "#upload input[type=file]",
+            files=[{"name": "up.txt", "mimeType": "text/plain", "buffer": b"from the browser"}],
+        )
+        page.click("#upload-button")
+        expect(page.locator("#done")).to_contain_text(f"uploaded {home}/project/up.txt")
+        expect(page.locator("#files-path")).to_have_text(f"{home}/project")
+        expect(page.locator("#file-list tr[data-entry='up.txt']")).to_contain_text("16 B")
+        page.locator("#files").screenshot(path=str(shots / "files.png"))
+        check = run(
+            console_env.server.url, sandbox_id, box["envdAccessToken"], "cat ~/project/up.txt"
+        )
+        assert check.stdout == "from the browser"
+
+        page.click("#files-up")
+        expect(page.locator("#files-path")).to_have_text(home)
+        expect(page.locator("#file-list tr[data-entry='project']")).to_be_visible()
+
+        # A path that names no directory gets a message on the page, not a 500.
+        page.goto(f"{console_env.server.url}/ui/sandboxes/{sandbox_id}?path=/no/such/dir")
+        expect(page.locator("#files-error")).to_contain_text("/no/such/dir")
+        page.goto(f"{console_env.server.url}/ui/sandboxes/{sandbox_id}?path={home}/project/up.txt")
+        expect(page.locator("#files-error")).to_contain_text("is a file, not a directory")
+        missing = page.request.get(
+            f"{console_env.server.url}/ui/sandboxes/{sandbox_id}/download?path=/no/such/file"
+        )
+        assert missing.status == 404 and "/no/such/file" in missing.text()
+    finally:
+        _kill(console_env, sandbox_id)
+
+
+def test_cpu_and_memory_are_drawn_in_the_list_and_on_the_sandbox_page(
+    console_env: ConsoleEnv, page: Page, shots: Path
+) -> None:
+    box = console_env.sandbox(metadata={"purpose": "console-metrics"})
+    sandbox_id = box["sandboxID"]
+    try:
+        with console_env.api() as api:  # the same samples the E2B endpoint serves
+            samples = api.get(f"/sandboxes/{sandbox_id}/metrics").json()
+        assert samples and samples[-1]["memTotal"] > 0
+        busy = run(
+            console_env.server.url,
+            sandbox_id,
+            box["envdAccessToken"],
+            "nohup timeout 120 sh -c 'while :; do :; done' >/dev/null 2>&1 &",
+        )
+        assert busy.exit_code == 0, busy.stderr
+        sign_in(page, console_env)
+        row = page.locator(f"tr[data-sandbox='{sandbox_id}']")
+        expect(row.locator("svg.spark.cpu polyline")).to_have_count(1)
+        # The list refreshes itself: the line grows as samples arrive (one a second here).
+        expect(row.locator("svg.spark.cpu polyline")).to_have_attribute(
+            "points", re.compile(r"^(\S+ ){3,}\S+$"), timeout=60_000
+        )
+        expect(row.locator("svg.spark.mem polyline")).to_have_count(1)
+        expect(row.locator(".sparks")).to_contain_text("MiB")
+        page.screenshot(path=str(shots / "sandboxes-metrics.png"))
+        page.goto(f"{console_env.server.url}/ui/sandboxes/{sandbox_id}")
+        for chart in ("#cpu-chart", "#memory-chart"):
+            expect(page.locator(f"{chart} polyline.series")).to_have_count(1)
+        expect(page.locator("#cpu-chart polyline.series")).to_have_attribute(
+            "points",
+            re.compile(r"^(\S+ ){5,}\S+$"),  # the page refreshes its charts every 5 s
+            timeout=60_000,
+        )
+        expect(page.locator("#memory-chart figcaption")).to_contain_text("MiB")
+        page.locator("#metrics").screenshot(path=str(shots / "metrics.png"))
+    finally:
+        _kill(console_env, sandbox_id)
+
+
+def test_a_templates_builds_and_log_and_starting_a_sandbox_from_a_template(
+    console_env: ConsoleEnv, page: Page, shots: Path
+) -> None:
+    mark = f"console-build-{secrets.token_hex(4)}"
+    with console_env.api() as api:
+        template_id, build_id = start_build(
+            api,
+            f"console-tpl-{secrets.token_hex(3)}",
+            {"fromTemplate": "base", "steps": [{"type": "RUN", "args": [f"echo {mark}"]}]},
+        )
+        status = wait_build(api, template_id, build_id)
+    assert status["status"] == "ready", status
+    sign_in(page, console_env)
+    page.goto(f"{console_env.server.url}/ui/templates")
+    page.click(f"#templates tr[data-template='{template_id}'] a")
+    row = page.locator(f"#builds tr[data-build='{build_id}']")
+    expect(row.locator(".state")).to_have_text("ready")
+    page.screenshot(path=str(shots / "template.png"))
+    row.locator("a").click()
+    expect(page.locator("#build-state")).to_have_text("ready")
+    # The same lines the E2B build status endpoint serves.
+    for line in status["logs"]:
+        expect(page.locator("#build-log")).to_contain_text(line.split("] ", 1)[1])
+    expect(page.locator("#build-log")).to_contain_text(mark)
+    page.screenshot(path=str(shots / "build.png"), full_page=True)
+
+    page.goto(f"{console_env.server.url}/ui/templates")
+    page.locator("#templates tr", has_text="base").first.locator("button.start").click()
+    expect(page).to_have_url(re.compile(r"/ui/sandboxes/[a-z0-9]+\?done=started"))
+    expect(page.locator("#sandbox-state")).to_have_text("running")
+    sandbox_id = page.url.split("/ui/sandboxes/")[1].split("?")[0]
+    try:
+        with console_env.api() as api:
+            listed = api.get(f"/sandboxes/{sandbox_id}").json()
+        assert listed["state"] == "running" and listed["alias"] == "base"
+        expect(page.locator("#done")).to_contain_text("started from base")
+    finally:
+        _kill(console_env, sandbox_id)

@@ -21,6 +21,7 @@ what a path names (the guest, as the selected user).
 
 from __future__ import annotations
 
+import posixpath
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -83,10 +84,13 @@ class Upload:
         path: str | None,
         user: str | None,
         metadata: dict[str, str],
+        into: str | None = None,
     ) -> list[EntryInfo]:
         """Streams the body's files into the sandbox; returns their entries once all are in
         place. ``path`` (the ``?path=`` query) names an octet-stream body's file, or the one
-        file of a multipart body. Raises ``SandgateError``; ``GuestError`` from the guest."""
+        file of a multipart body; ``into`` (the console's upload form) puts each part's file,
+        by its base name, into that directory. Raises ``SandgateError``; ``GuestError`` from
+        the guest."""
         headers = self._request.headers
         media, options = parse_options_header(headers.get("content-type", ""))
         encoding = headers.get("content-encoding", "identity").strip().lower()
@@ -113,7 +117,7 @@ class Upload:
         if not boundary:
             raise InvalidRequest("the multipart content type has no boundary")
         parts = _Parts(boundary, limits.max_parts)
-        return await _receive_parts(stream, parts, files, guest, path, user, metadata)
+        return await _receive_parts(stream, parts, files, guest, path, user, metadata, into)
 
     async def _body(self) -> AsyncIterator[bytes]:
         try:
@@ -205,6 +209,7 @@ async def _receive_parts(
     single_path: str | None,
     user: str | None,
     metadata: dict[str, str],
+    into: str | None = None,
 ) -> list[EntryInfo]:
     """Each ``file`` part streams into the sandbox as it is parsed; other parts are read and
     dropped (their bytes still count). Part filenames are the targets (``?path`` names the
@@ -225,7 +230,7 @@ async def _receive_parts(
                     current = None
                     if event.name != "file":
                         continue
-                    target = _target(event.filename, single_path, len(targets))
+                    target = _target(event.filename, single_path, len(targets), into)
                     if target in targets:
                         raise InvalidRequest(f"the path {target!r} appears twice in one upload")
                     targets.add(target)
@@ -246,7 +251,14 @@ async def _receive_parts(
             await upload.aclose()
 
 
-def _target(filename: str | None, single_path: str | None, earlier: int) -> str:
+def _target(
+    filename: str | None, single_path: str | None, earlier: int, into: str | None = None
+) -> str:
+    if into is not None:
+        base = posixpath.basename((filename or "").replace("\\", "/"))
+        if base in ("", ".", ".."):
+            raise InvalidRequest("choose a file to upload (the form's file field is empty)")
+        return _path(posixpath.join(into, base))
     if single_path:
         if earlier:
             raise InvalidRequest(
