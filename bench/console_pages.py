@@ -4,8 +4,9 @@ store queries behind each page and ``GET /health`` through the same ASGI stack.
 Usage: ``uv run python bench/console_pages.py [--sandboxes 200] [--audit 100000] [-n 50]``
 (as root, bubblewrap usable). It builds the whole server application in this process on a
 fresh home (SQLite, bwrap runtime, services not started: no sandbox runs), fills the store
-with ``--sandboxes`` sandbox rows of one team and ``--audit`` audit index rows (tool calls and
-egress decisions), signs in through ``POST /ui/login`` and times each page over
+with ``--sandboxes`` sandbox rows of one team (each with an hour of metric samples at the
+default interval, for the sparklines and charts) and ``--audit`` audit index rows (tool calls
+and egress decisions), signs in through ``POST /ui/login`` and times each page over
 ``httpx.ASGITransport`` (no socket: what is measured is routing, the session check, the
 queries and the template). The raw baselines run the same store queries directly.
 
@@ -48,14 +49,37 @@ PAGES = [
 ]
 
 
+#: The metrics sampler's default interval (``metrics.interval_s``).
+SAMPLE_INTERVAL_MS = 5000
+
+
 def seed(store: Any, team_id: str, sandboxes: int, audit: int) -> None:
-    from sandgate.store import Sandbox
+    from sandgate.store import Sandbox, SandboxMetricSample, TelemetryRecords
 
     now = datetime.now(UTC)
+    now_ms = int(now.timestamp() * 1000)
+    telemetry = TelemetryRecords(store)
     for i in range(sandboxes):
+        sandbox_id = secrets.token_hex(12)
+        # An hour of samples at the default interval: the detail page's chart window; the
+        # list's sparklines read the last five minutes of them.
+        telemetry.add_samples(
+            SandboxMetricSample(
+                sandbox_id=sandbox_id,
+                time_ms=now_ms - k * SAMPLE_INTERVAL_MS,
+                cpu_count=1,
+                cpu_used_pct=float((i + k) % 100),
+                mem_used=(64 + (i * k) % 256) * 1024 * 1024,
+                mem_total=512 * 1024 * 1024,
+                mem_cache=0,
+                disk_used=100 * 1024 * 1024,
+                disk_total=1024 * 1024 * 1024,
+            )
+            for k in range(3600 * 1000 // SAMPLE_INTERVAL_MS)
+        )
         store.add_sandbox(
             Sandbox(
-                id=secrets.token_hex(12),
+                id=sandbox_id,
                 team_id=team_id,
                 api_key_id=None,
                 template_id="base",
@@ -198,8 +222,9 @@ def main() -> None:
         "Console pages",
         f"""
 {result["machine"]}, {result["date"]}. `uv run python bench/console_pages.py` (in-process
-ASGI, SQLite, {args.sandboxes} sandboxes and {args.audit:,} audit records of one team, signed
-in; n={args.n} per page). Target: < {TARGET_MS:.0f} ms p50 for every page (issue 16). The raw
+ASGI, SQLite, {args.sandboxes} sandboxes with an hour of metric samples each (the list draws
+their sparklines) and {args.audit:,} audit records of one team, signed in; n={args.n} per
+page). Target: < {TARGET_MS:.0f} ms p50 for every page (issue 16). The raw
 rows are the bare store queries behind the pages, in the same run.
 
 | page (ms) | p50 | p95 | p99 | < {TARGET_MS:.0f} ms p50 |
