@@ -41,16 +41,22 @@ _ASSEMBLED = (
 )
 
 
-def test_the_services_wiring_imports_nothing_only_the_server_needs() -> None:
+def _loaded_by(module: str, packages: tuple[str, ...]) -> list[str]:
+    """The loaded modules whose names start with one of ``packages`` (a package, everything
+    under it) after importing ``module`` in a fresh interpreter."""
     code = (
         "import json, sys\n"
-        "import sandgate.wiring\n"
-        f"print(json.dumps(sorted(m for m in sys.modules if m.startswith({_SERVER_ONLY!r}))))\n"
+        f"import {module}\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.startswith({packages!r}))))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
-    assert json.loads(out) == []
+    return list(json.loads(out))
+
+
+def test_the_services_wiring_imports_nothing_only_the_server_needs() -> None:
+    assert _loaded_by("sandgate.wiring", _SERVER_ONLY) == []
 
 
 def test_in_process_commands_use_the_wiring_not_the_http_app() -> None:
@@ -77,20 +83,8 @@ def test_the_cli_starts_without_the_docker_sdk_or_the_template_builders() -> Non
     SDK (and `requests` under it) and the template builders load only in the commands that
     use them, so `sandgate approvals list` on a bwrap host pays for none of them."""
     heavy = ("docker", "requests", "sandgate.templates._builder", "sandgate.templates._docker")
-    code = (
-        "import json, sys\n"
-        "import sandgate.cli._app\n"
-        f"print(json.dumps(sorted(m for m in sys.modules if m in {heavy!r})))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    assert json.loads(out) == []
+    assert _loaded_by("sandgate.cli._app", heavy) == []
 
 
 def test_a_server_without_channels_does_not_load_the_bot_api_client() -> None:
-    code = "import sys\nimport sandgate.api.app\nprint('telegram' in sys.modules)\n"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip() == "False"
+    assert _loaded_by("sandgate.api.app", ("telegram",)) == []
