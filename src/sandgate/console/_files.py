@@ -10,7 +10,6 @@ access of its own, so it can show or change nothing the E2B API could not.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -18,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from sandgate.api.e2b.connect import RpcError
+from sandgate.api.e2b.files import streamed
 from sandgate.api.e2b.filesystem import check_path
 from sandgate.api.e2b.guest_rpc import guest_failure
 from sandgate.api.e2b.uploads import Upload
@@ -74,19 +74,14 @@ async def download(guest: GuestClient, raw: str | None) -> StreamingResponse:
     except GuestError as exc:
         raise guest_failure(exc) from None
 
-    async def body() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in reader:
-                yield chunk
-        finally:
-            await reader.aclose()
-
     name = reader.name.encode("utf-8", "surrogateescape")
     headers = {
         "content-disposition": f"attachment; filename*=UTF-8''{quote(name, safe='')}",
         "content-length": str(reader.length),
     }
-    return StreamingResponse(body(), media_type="application/octet-stream", headers=headers)
+    return StreamingResponse(
+        streamed(reader), media_type="application/octet-stream", headers=headers
+    )
 
 
 async def upload(

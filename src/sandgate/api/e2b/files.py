@@ -27,9 +27,9 @@ from sandgate.api.e2b.uploads import Upload, UploadLimits
 from sandgate.api.e2b.users import parse_username
 from sandgate.api.errors import e2b_error_response
 from sandgate.errors import SandgateError
-from sandgate.guest.client import EntryInfo, GuestClient, GuestError
+from sandgate.guest.client import EntryInfo, FileReader, GuestClient, GuestError
 
-__all__ = ["download", "sign", "signature_matches", "upload_endpoint"]
+__all__ = ["download", "sign", "signature_matches", "streamed", "upload_endpoint"]
 
 _METADATA_PREFIX = "x-metadata-"
 _MAX_METADATA_KEY = 246
@@ -136,17 +136,19 @@ async def download(request: Request) -> Response:
         end = reader.offset + reader.length - 1
         headers["content-range"] = f"bytes {reader.offset}-{end}/{reader.size}"
     headers["content-length"] = str(reader.length)
-
-    async def body() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in reader:
-                yield chunk
-        finally:
-            await reader.aclose()
-
     return StreamingResponse(
-        body(), status_code=status, media_type="application/octet-stream", headers=headers
+        streamed(reader), status_code=status, media_type="application/octet-stream", headers=headers
     )
+
+
+async def streamed(reader: FileReader) -> AsyncIterator[bytes]:
+    """A guest file reader as a response body; the reader is closed when the body ends,
+    whether the client read it all or went away."""
+    try:
+        async for chunk in reader:
+            yield chunk
+    finally:
+        await reader.aclose()
 
 
 def _byte_range(header: str | None) -> tuple[int | None, int | None] | None:
