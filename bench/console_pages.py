@@ -225,7 +225,10 @@ def main() -> None:
 ASGI, SQLite, {args.sandboxes} sandboxes with an hour of metric samples each (the list draws
 their sparklines) and {args.audit:,} audit records of one team, signed in; n={args.n} per
 page). Target: < {TARGET_MS:.0f} ms p50 for every page (issue 16). The raw
-rows are the bare store queries behind the pages, in the same run.
+rows are the bare store queries behind the pages, in the same run. The sandbox list reads
+only the four columns its sparklines draw (`TelemetryRecords.recent_samples` returns plain
+rows, not mapped objects): with mapped rows the same list measured 287-299 ms p50 on
+2026-12-02, about three times what it costs now; most of what is left is rendering 200 rows.
 
 | page (ms) | p50 | p95 | p99 | < {TARGET_MS:.0f} ms p50 |
 |---|---|---|---|---|

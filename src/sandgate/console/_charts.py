@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final
+from typing import Final, Protocol
 
 from sandgate.store import SandboxMetricSample
 
@@ -45,6 +45,18 @@ class Chart:
     now: str
 
 
+class _Sampled(Protocol):
+    """What a sparkline reads of a sample: a stored row or the list page's lighter
+    ``SamplePoint``."""
+
+    @property
+    def cpu_used_pct(self) -> float: ...
+    @property
+    def mem_used(self) -> int: ...
+    @property
+    def mem_total(self) -> int: ...
+
+
 def _line(values: Sequence[float], top: float, width: float, height: float) -> str:
     """``x,y`` pairs of ``values`` scaled into ``width x height`` (0 at the bottom); a
     single value is drawn as a flat line."""
@@ -59,11 +71,11 @@ def _line(values: Sequence[float], top: float, width: float, height: float) -> s
     return " ".join(points)
 
 
-def _mem_share(sample: SandboxMetricSample) -> float:
+def _mem_share(sample: _Sampled) -> float:
     return sample.mem_used / sample.mem_total * 100 if sample.mem_total > 0 else 0.0
 
 
-def spark(samples: Sequence[SandboxMetricSample]) -> Spark | None:
+def spark(samples: Sequence[_Sampled]) -> Spark | None:
     """The sparklines of ``samples`` (oldest first); None when there are none."""
     if not samples:
         return None
