@@ -517,12 +517,22 @@ def _entry(record: dict[str, Any]) -> dict[str, Any]:
         "team_id": subject.get("team") if isinstance(subject, dict) else None,
         "agent": subject.get("agent") if isinstance(subject, dict) else None,
         "tool": record.get("tool"),
-        "action": record.get("action"),
+        "action": record.get("action") or _destination(record),
         "outcome": str(record.get("outcome", "")),
         "rule_id": record.get("rule"),
         "duration_ms": record.get("duration_ms"),
         "hash": record["hash"],
     }
+
+
+def _destination(record: dict[str, Any]) -> str | None:
+    """An egress record's ``host:port``, indexed as its action so a search of the index (the
+    console's audit page, ``/v1/audit``) shows where the sandbox tried to go."""
+    event, host = str(record.get("event", "")), record.get("host")
+    if not event.startswith("egress.") or not isinstance(host, str) or not host:
+        return None
+    port = record.get("port")
+    return (f"{host}:{port}" if isinstance(port, int) else host)[:200]
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -52,3 +52,24 @@ def test_no_fsync_runs_on_the_event_loop(tmp_path: Path, monkeypatch: pytest.Mon
     assert threads, "records were fsynced"
     assert set(threads) == {"sandgate-audit-writer"} and loop_thread not in threads
     assert gateway.audit.records_written == 51 and gateway.audit.batches < 51
+
+
+def test_egress_records_index_their_destination_as_the_action(tmp_path: Path) -> None:
+    """The console's audit page and /v1/audit read the index: an egress row must say where
+    the sandbox tried to go, not only the decision."""
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG)
+    config = load_config(path, environ={"SANDGATE_HOME": str(tmp_path)})
+    store = Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    gateway = build_gateway(config, store)
+
+    async def write() -> None:
+        await gateway.audit.write(
+            {"event": "egress.connect", "host": "pypi.org", "port": 443, "outcome": "denied"}
+        )
+        await gateway.audit.write({"event": "egress.request", "host": "", "outcome": "denied"})
+        await gateway.audit.write({"event": "tool.call", "host": "x", "outcome": "allowed"})
+
+    asyncio.run(write())
+    rows = sorted(store.search_audit(team_id=None, limit=10), key=lambda r: r.seq)
+    assert [r.action for r in rows[-3:]] == ["pypi.org:443", None, None]
