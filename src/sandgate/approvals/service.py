@@ -35,6 +35,7 @@ from typing import Any
 
 import structlog
 
+from sandgate._atomic import write_atomic
 from sandgate.approvals.webhooks import WebhookNotifier
 from sandgate.errors import Conflict, NotFound
 
@@ -205,9 +206,7 @@ class ApprovalService:
 
     def _write(self, approval: Approval) -> None:
         path = self._path(approval.id)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(approval.as_dict()), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(approval.as_dict()))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sandgate._atomic import write_atomic
 from sandgate.errors import RuntimeUnavailable
 
 __all__ = ["RUNTIME_NAME", "SHIM_DIR", "daemon_snippet", "ensure_shim", "shim_script"]
@@ -143,7 +144,4 @@ def _write(path: Path, data: bytes, mode: int) -> None:
         if path.read_bytes() == data:
             return
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_bytes(data)
-    temp.chmod(mode)
-    temp.replace(path)
+    write_atomic(path, data, mode=mode)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sandgate._atomic import write_atomic
 from sandgate.errors import RuntimeUnavailable
 from sandgate.runtimes._tree_derive import derive_tree, layer_dirs
 
@@ -218,10 +219,8 @@ def _write_meta(meta: Path, config: dict[str, Any], layers: list[str]) -> None:
 
 
 def _write_json(meta: Path, data: dict[str, Any]) -> None:
-    # A name of this writer's own: two processes may backfill the same record at once.
-    temp = meta.with_name(f".{meta.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    temp.write_text(json.dumps(data))
-    temp.rename(meta)
+    # Two processes may backfill the same record at once: each writes a temp file of its own.
+    write_atomic(meta, json.dumps(data), mode=0o644)
 
 
 def _read_json(meta: Path) -> dict[str, Any]:

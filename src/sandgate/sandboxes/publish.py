@@ -9,22 +9,14 @@ renamed into place; a rename replaces a planted link itself, never its target (F
 
 from __future__ import annotations
 
-import os
-import secrets
 from pathlib import Path
+
+from sandgate._atomic import write_atomic
 
 __all__ = ["publish_file"]
 
 
 def publish_file(directory: Path, name: str, data: bytes, mode: int = 0o644) -> None:
     """Atomically makes ``directory/name`` hold ``data`` (readable by the sandbox's users)."""
-    temp = directory / f".{name}.{secrets.token_hex(8)}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        os.chmod(temp, mode, follow_symlinks=False)  # umask may have narrowed it
-        os.replace(temp, directory / name)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    # Not durable: the directory is rebuilt for every start, so a crash needs none of it.
+    write_atomic(directory / name, data, mode=mode, durable=False)

@@ -44,6 +44,7 @@ from pathlib import Path
 
 import structlog
 
+from sandgate._atomic import write_atomic
 from sandgate.config import Config
 from sandgate.errors import DiskFull, InvalidRequest, QuotaExceeded, SnapshotDamaged
 from sandgate.runtimes import Runtime
@@ -358,18 +359,7 @@ def _mib(size: int) -> int:
 
 def _write_private(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Atomically makes ``path`` hold ``data`` (mode 0600); ``durable`` fsyncs it first."""
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            if durable:
-                file.flush()
-                os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    write_atomic(path, data, mode=0o600, durable=durable)
 
 
 def _read_envs(path: Path) -> dict[str, str]:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from sandgate._atomic import write_atomic
 from sandgate.runtimes import by_name_dir
 
 from ._layers import LAYER_KEY_LABEL, TAIL_LINES, BuildLog, FinalConfig, StepFailed
@@ -321,6 +322,4 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    temp = path.with_name(f".{path.name}.tmp")
-    temp.write_text(json.dumps(data))
-    temp.replace(path)
+    write_atomic(path, json.dumps(data), mode=0o644)

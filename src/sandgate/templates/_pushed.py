@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from sandgate._atomic import write_atomic
 from sandgate.errors import InvalidRequest, NotFound, PayloadTooLarge, SandgateError
 
 __all__ = [
@@ -350,12 +351,7 @@ class PushStore:
             raise _invalid("the image config's rootfs.diff_ids do not match its layers")
 
     def _write(self, path: Path, data: bytes) -> None:
-        temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-        with temp.open("wb") as sink:
-            sink.write(data)
-            sink.flush()
-            os.fsync(sink.fileno())
-        os.replace(temp, path)
+        write_atomic(path, data, mode=0o644)
 
     def image_env(self, template_id: str, reference: str) -> list[tuple[str, str]]:
         """The pushed image's ``ENV`` (``config.Env``), names checked, for the template."""
