@@ -41,6 +41,11 @@ def runtime_e2b_env(runtime_server: RunningServer) -> dict[str, str]:
 #: For scenarios whose runtime part is not what they test (a template build is the same on
 #: both runtimes; only the sandbox started from it differs), each SDK pin runs on one runtime:
 #: both languages reach both runtimes, and every pin's wire requests are still sent.
+#: The SDKs talk to the gateway's E2B layer, which is the same above either runtime: a
+#: scenario run by a Python and a JS pin on each runtime (an old and a new pin on each too)
+#: proves what the runtime does, and each pin's run proves its requests and parsing, so the
+#: other four pin-runtime pairs repeat both. ``test_commands_basic.py`` and
+#: ``test_control_plane.py`` keep every pair (each pin on each runtime, the cross-check).
 RUNTIME_OF_CLIENT = {
     "py-e2b-2.31.0": "docker",
     "py-e2b-2.63.0": "bwrap",

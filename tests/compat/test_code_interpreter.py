@@ -1,23 +1,52 @@
 """The code interpreter (port 49999) through each pinned official SDK (issue #4).
 
 Contract: shared/e2b-protocol.md §4 (``/execute`` NDJSON, ``/contexts``, semantics). Every
-scenario creates its own ``code-interpreter-v1`` sandbox (the SDKs' default template).
+scenario creates its own ``code-interpreter-v1`` sandbox (the SDKs' default template). Each
+pin runs on one runtime (``one_runtime_per_client``, tests/compat/conftest.py): both languages
+and an old and a new pin reach each runtime.
+
+The module's server (one per runtime) keeps a warm ``code-interpreter-v1`` sandbox, so a
+scenario's create takes one whose kernels have already started, and the pool boots the next
+while the scenario runs. What a warm sandbox must still get right at claim time (its
+environment, cwd, contexts) is what the scenarios assert; cold creates of this template are
+proven by the other modules that create it (e.g. tests/compat/test_https_hosts.py).
 """
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from tests.fixtures.server import RunningServer
+
 from .clients import REPO_ROOT, PreparedClient
 from .expect import assert_sdk_version, error_class, failed_with, timestamp
 
-pytestmark = pytest.mark.compat
+pytestmark = [pytest.mark.compat, pytest.mark.one_runtime_per_client]
 
 EXAMPLE_DIR = REPO_ROOT / "examples" / "data-analysis"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+#: One sandbox waits: a scenario runs longer than a boot, so the next create finds it ready.
+WARM_POOL = {"templates": {"warm_pool": {"code-interpreter-v1": 1}}}
+
+
+@pytest.fixture(scope="module")
+def runtime_server(runtime_server_factory: Callable[..., RunningServer]) -> Iterator[RunningServer]:
+    """This module's server on the ``runtime`` dimension, with a warm code-interpreter pool
+    (named as the shared one, so a failed test's report carries its log)."""
+    server = runtime_server_factory(config=WARM_POOL)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def runtime_e2b_env(runtime_server: RunningServer) -> dict[str, str]:
+    return dict(runtime_server.env)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 from .clients import PreparedClient
 from .expect import assert_sdk_version, command_ok, failed_with, timestamp
 
-pytestmark = pytest.mark.compat
+pytestmark = [pytest.mark.compat, pytest.mark.one_runtime_per_client]
 
 
 def _ok(outcome: dict[str, Any]) -> Any:

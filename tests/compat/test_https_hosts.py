@@ -27,7 +27,7 @@ from tests.framework.ws_service import library_tarball, server_source
 
 from .clients import PreparedClient, prepare, spec_named
 
-pytestmark = pytest.mark.compat
+pytestmark = [pytest.mark.compat, pytest.mark.one_runtime_per_client]
 
 
 def printed_env(server: RunningServer) -> dict[str, str]:

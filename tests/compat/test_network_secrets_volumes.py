@@ -25,7 +25,7 @@ from .expect import assert_sdk_version, failed_with
 
 __all__ = ["tls_upstream", "upstream"]
 
-pytestmark = pytest.mark.compat
+pytestmark = [pytest.mark.compat, pytest.mark.one_runtime_per_client]
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 from .clients import PreparedClient
 from .expect import assert_sdk_version, command_ok, failed_with, sdk_version
 
-pytestmark = pytest.mark.compat
+pytestmark = [pytest.mark.compat, pytest.mark.one_runtime_per_client]
 
 #: The probe's output in the source after a snapshot, and in a sandbox made from one.
 SOURCE_AFTER = "before the snapshot\nno-issue\nbar\nsleeping\n"

@@ -12,7 +12,7 @@ import pytest
 from .clients import PreparedClient
 from .expect import assert_sdk_version
 
-pytestmark = pytest.mark.compat
+pytestmark = [pytest.mark.compat, pytest.mark.one_runtime_per_client]
 
 MIB = 1024 * 1024
 

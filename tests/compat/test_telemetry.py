@@ -16,7 +16,7 @@ import pytest
 from .clients import PreparedClient
 from .expect import assert_sdk_version, failed_with
 
-pytestmark = pytest.mark.compat
+pytestmark = [pytest.mark.compat, pytest.mark.one_runtime_per_client]
 
 MIB = 1024 * 1024
 #: The SDK test suite allows this much clock slack around a metrics window.

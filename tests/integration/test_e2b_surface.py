@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.egress import records_once
 from tests.fixtures.server import RunningServer
 from tests.framework.envd import create, envd_headers, run
 
@@ -130,23 +131,18 @@ def test_refresh_of_an_unknown_or_foreign_sandbox_is_not_found(
     assert httpx.post(f"{server.url}/sandboxes/x/refreshes", json={}).status_code == 401
 
 
-def test_refresh_and_set_timeout_are_audited(runtime: str, runtime_server_factory: Any) -> None:
-    own: RunningServer = runtime_server_factory()
-    created = create(own.url, own.api_key, timeout=60)
+def test_refresh_and_set_timeout_are_audited(server: RunningServer) -> None:
+    created = create(server.url, server.api_key, timeout=60)
     sandbox_id = created["sandboxID"]
-    assert _refresh(own, sandbox_id, {"duration": 120}).status_code == 204
+    assert _refresh(server, sandbox_id, {"duration": 120}).status_code == 204
     timeout = httpx.post(
-        f"{own.url}/sandboxes/{sandbox_id}/timeout", json={"timeout": 90}, headers=_key(own)
+        f"{server.url}/sandboxes/{sandbox_id}/timeout", json={"timeout": 90}, headers=_key(server)
     )
     assert timeout.status_code == 204
-    httpx.delete(f"{own.url}/sandboxes/{sandbox_id}", headers=_key(own))
-    own.stop()  # waits for background audit writes
-    records = [
-        json.loads(line) for line in (own.home / "audit" / "audit.jsonl").read_text().splitlines()
-    ]
-    mine = [r for r in records if r.get("sandbox") == sandbox_id]
-    refreshed = [r for r in mine if r["event"] == "sandbox.refreshed"]
-    timed = [r for r in mine if r["event"] == "sandbox.timeout_set"]
+    httpx.delete(f"{server.url}/sandboxes/{sandbox_id}", headers=_key(server))
+    # Audit records are written in the background: wait for them, not for a server stop.
+    refreshed = records_once(server, sandbox_id, "sandbox.refreshed", bool, timeout_s=60)
+    timed = records_once(server, sandbox_id, "sandbox.timeout_set", bool, timeout_s=60)
     assert len(refreshed) == 1 and len(timed) == 1
     assert refreshed[0]["detail"]["duration_s"] == 120
     assert timed[0]["detail"]["timeout_s"] == 90
