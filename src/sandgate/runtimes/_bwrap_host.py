@@ -123,10 +123,25 @@ def bwrap_version(bwrap: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in match.groups()) if match else None
 
 
+def _probe_root() -> list[str]:
+    """A root for the probe of just what runs ``/bin/true``. Not the host's ``/``: a
+    recursive read-only bind of it remounts every mount below, and other sandboxes' staged
+    mounts under ``/run/sandgate-rt`` come and go meanwhile, which failed the check (and a
+    server start) whenever one vanished mid-way."""
+    argv = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "lib", "lib64", "lib32", "sbin"):
+        path = Path("/") / name
+        if path.is_symlink():
+            argv += ["--symlink", os.readlink(path), f"/{name}"]
+        elif path.is_dir():
+            argv += ["--ro-bind", str(path), f"/{name}"]
+    return argv
+
+
 def _check_userns(bwrap: str) -> Requirement:
     try:
         proc = subprocess.run(
-            [bwrap, "--unshare-user", "--ro-bind", "/", "/", "--", "/bin/true"],
+            [bwrap, "--unshare-user", *_probe_root(), "--", "/bin/true"],
             user=_PROBE_UID,
             group=_PROBE_UID,
             extra_groups=[],
