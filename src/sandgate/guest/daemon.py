@@ -28,7 +28,6 @@ Usage: ``python3 -I guest.pyz --listen-fd 3 --config /run/sandgate/guest.json`` 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import gc
@@ -39,7 +38,6 @@ import sys
 from typing import Any
 
 from ._config import GuestConfig
-from ._egress import start_relay
 from ._errors import OpError
 from ._log import log
 from ._process import SUBSCRIBER_HIGH_WATER, Process, ProcessTable, SpawnSpec, decode_input
@@ -105,6 +103,8 @@ class Daemon:
         self.sudo.start()
         relay = None
         if self.config.egress_proxy_port:
+            from ._egress import start_relay  # only sandboxes with an egress proxy relay
+
             relay = await start_relay(self.config.egress_proxy_port, EGRESS_SOCKET)
         log("started", pid=os.getpid(), version=PROTOCOL_VERSION)
         accept = asyncio.ensure_future(self._accept(listener))
@@ -517,28 +517,58 @@ def _harden_self() -> None:
         log("harden_failed", error=str(exc))
 
 
+_USAGE = "usage: sandgate-guest (--listen-fd FD | --socket PATH) --config PATH"
+
+
+def _parse_args(argv: list[str]) -> tuple[int | None, str | None, str]:
+    """``(listen_fd, socket_path, config_path)`` from the guest's three fixed options. Not
+    ``argparse``: the runtime writes this command line, and parsing it must not cost every
+    sandbox's start the import (~3 ms here) of a general parser with help and localisation."""
+    values: dict[str, str] = {}
+    rest = list(argv)
+    while rest:
+        option = rest.pop(0)
+        name, eq, inline = option.partition("=")
+        if name not in ("--listen-fd", "--socket", "--config") or name in values:
+            raise ValueError(f"unexpected argument: {option!r}")
+        if eq:
+            values[name] = inline
+        elif rest:
+            values[name] = rest.pop(0)
+        else:
+            raise ValueError(f"{name} needs a value")
+    if ("--listen-fd" in values) == ("--socket" in values):
+        raise ValueError("exactly one of --listen-fd and --socket is required")
+    if "--config" not in values:
+        raise ValueError("--config is required")
+    fd = values.get("--listen-fd")
+    if fd is not None and not (fd.isdigit() and fd.isascii()):
+        raise ValueError(f"--listen-fd must be a file descriptor number, not {fd!r}")
+    return (int(fd) if fd is not None else None), values.get("--socket"), values["--config"]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parses the command line, loads the config and serves (until SIGTERM/SIGINT, unless
     it is PID 1, which only the runtime ends)."""
-    parser = argparse.ArgumentParser(prog="sandgate-guest")
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--listen-fd", type=int, help="inherited listening Unix socket")
-    where.add_argument("--socket", help="Unix socket path to bind and listen on")
-    parser.add_argument("--config", required=True, help="guest.json written by the host")
-    args = parser.parse_args(argv)
+    try:
+        listen_fd, socket_path, config_path = _parse_args(sys.argv[1:] if argv is None else argv)
+    except ValueError as exc:
+        print(f"{_USAGE}\nsandgate-guest: error: {exc}", file=sys.stderr)
+        sys.exit(2)
     _ensure_std_fds()
     os.umask(0o022)
     _harden_self()
     try:
-        config = GuestConfig.load(args.config)
+        config = GuestConfig.load(config_path)
     except (OSError, ValueError) as exc:
-        log("bad_config", path=args.config, error=str(exc))
+        log("bad_config", path=config_path, error=str(exc))
         sys.exit(2)
-    if args.listen_fd is not None:
-        listener = socket.socket(fileno=args.listen_fd)
+    if listen_fd is not None:
+        listener = socket.socket(fileno=listen_fd)
         os.set_inheritable(listener.fileno(), False)
     else:
-        listener = _listen(args.socket)
+        assert socket_path is not None
+        listener = _listen(socket_path)
     asyncio.run(_run(listener, config))
 
 
