@@ -23,6 +23,9 @@ class GuestConfig:
     egress_proxy_port: int = 0
     #: Whether ``sudo`` inside the sandbox may run commands as root (``_sudo``).
     sudo: bool = True
+    #: Seconds without a file operation after which a user's file worker exits (the next one
+    #: starts it again, ~10 ms), so an idle sandbox holds one process.
+    worker_idle_s: float = 30.0
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> GuestConfig:
@@ -49,7 +52,13 @@ class GuestConfig:
         sudo = data.get("sudo", True)
         if not isinstance(sudo, bool):
             raise ValueError("config: sudo must be true or false")
-        return cls(dict(envs), user, workdir, max_processes, float(retention), proxy_port, sudo)
+        idle = data.get("worker_idle_s", 30)
+        if not isinstance(idle, int | float) or isinstance(idle, bool) or not 0 < idle <= 86400:
+            raise ValueError("config: worker_idle_s must be a number of seconds in (0, 86400]")
+        return cls(
+            dict(envs), user, workdir, max_processes, float(retention), proxy_port, sudo,
+            float(idle),
+        )  # fmt: skip
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +69,7 @@ class GuestConfig:
             "exit_retention_s": self.exit_retention_s,
             "egress_proxy_port": self.egress_proxy_port,
             "sudo": self.sudo,
+            "worker_idle_s": self.worker_idle_s,
         }
 
     @classmethod

@@ -15,11 +15,14 @@ threads stay the user's), creates the missing components, hands each to the user
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ._users import User
+
+if TYPE_CHECKING:
+    import ctypes
 
 __all__ = ["make_dirs"]
 
@@ -57,6 +60,8 @@ def _as_root() -> Iterator[None]:
     effective set, since they stayed permitted); the user's again afterwards."""
     global _libc
     if _libc is None:
+        import ctypes  # rarely needed (~10 ms): not paid by every worker's start
+
         _libc = ctypes.CDLL(None, use_errno=True)
     uid, gid = os.geteuid(), os.getegid()
     _libc.setfsgid(0)

@@ -11,7 +11,8 @@ traced, so the user's processes cannot borrow it.
 The daemon accepts a client connection, reads its request and passes the connection's fd here
 with ``socket.send_fds``; the worker serves it on a thread and writes the reply straight to the
 client. Requests on the control socket are ``SOCK_SEQPACKET`` messages: the raw request JSON
-with exactly one fd attached.
+with exactly one fd attached. The daemon retires an idle worker by closing its end: the
+worker reads what is still queued, finishes every operation it runs, then exits.
 """
 
 from __future__ import annotations
@@ -30,12 +31,10 @@ from ._files import FILE_OPS, FileContext
 from ._log import log
 from ._users import User
 from ._wire import FrameError, send_json
-from .protocol import decode_json
+from .protocol import MAX_WORKER_MESSAGE, decode_json
 
 __all__ = ["MAX_WORKER_MESSAGE", "run_worker"]
 
-#: Largest request the daemon forwards to a worker (a seqpacket message must fit the buffer).
-MAX_WORKER_MESSAGE = 128 * 1024
 _MAX_CONNECTIONS = 512
 _DISCARD_TIMEOUT_S = 10.0
 _DISCARD_LIMIT = 256 * 1024 * 1024
@@ -96,6 +95,10 @@ def _serve(ctrl: socket.socket, ctx: FileContext) -> None:
         except InterruptedError:
             continue
         if not message and not fds:
+            # Retired (or the daemon is gone): no request is lost with the operations still
+            # running, so wait for each to give its slot back before the process exits.
+            for _ in range(_MAX_CONNECTIONS):
+                slots.acquire()
             return
         if not fds:
             continue

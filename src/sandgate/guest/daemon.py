@@ -8,10 +8,12 @@ sandbox — processes, files, other users, its root — is untrusted.
 
 Enforced here: work on behalf of a user runs with that user's uid/gids (processes are forked
 and drop privileges before exec; file operations run in a per-user worker process that has
-dropped privileges, see ``_worker``); malformed input closes only its own connection; memory
-per connection is bounded. As PID 1 of the sandbox's pid namespace the daemon cannot be killed
-or stopped from inside (the kernel delivers no signal to a namespace's init that it has no
-handler for, and it handles only SIGCHLD there); it is not dumpable, so the sandbox's root
+dropped privileges, see ``_worker``; it starts on the user's first file operation and is
+retired after ``worker_idle_s`` without one, so an idle sandbox is this one process);
+malformed input closes only its own connection; memory per connection is bounded. As PID 1
+of the sandbox's pid namespace the daemon cannot be killed or stopped from inside (the kernel
+delivers no signal to a namespace's init that it has no handler for, and it handles only
+SIGCHLD there); it is not dumpable, so the sandbox's root
 cannot read or write its memory through ``/proc``; a worker that sandbox code stops is killed
 and replaced, so a stopped worker never hangs a request. Not done here: resource limits,
 network policy, seccomp (the runtime), authentication of E2B clients (the gateway).
@@ -26,9 +28,9 @@ Usage: ``python3 -I guest.pyz --listen-fd 3 --config /run/sandgate/guest.json`` 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -36,19 +38,18 @@ import sys
 from typing import Any
 
 from ._config import GuestConfig
-from ._egress import start_relay
 from ._errors import OpError
-from ._files import FILE_OPS
 from ._log import log
 from ._process import SUBSCRIBER_HIGH_WATER, Process, ProcessTable, SpawnSpec, decode_input
 from ._splice import splice
 from ._sudo import SudoServer
 from ._users import User, lookup_user
-from ._worker import MAX_WORKER_MESSAGE, run_worker
 from .protocol import (
     EGRESS_SOCKET,
+    FILE_OP_NAMES,
     FRAME_HEADER,
     MAX_REQUEST,
+    MAX_WORKER_MESSAGE,
     PROTOCOL_VERSION,
     Kind,
     decode_json,
@@ -64,11 +65,16 @@ _CLOSE_TIMEOUT_S = 30.0
 class _Worker:
     """The daemon's handle on one user's file worker."""
 
-    def __init__(self, user: User, pid: int, ctrl: socket.socket) -> None:
+    def __init__(self, user: User, pid: int, ctrl: socket.socket, now: float) -> None:
         self.user = user
         self.pid = pid
         self.ctrl = ctrl
         self.alive = True
+        #: Loop time of the last request handed to it (``Daemon._retire_idle``).
+        self.last_used = now
+        self.idle_timer: asyncio.TimerHandle | None = None
+        #: Hand-offs waiting for room in the control socket; failed when it is closed.
+        self.send_waiters: set[asyncio.Future[None]] = set()
 
 
 class Daemon:
@@ -78,6 +84,8 @@ class Daemon:
         self.processes = ProcessTable(config)
         self.sudo = SudoServer(self.loop, enabled=config.sudo, max_running=config.max_processes)
         self.workers: dict[str, _Worker] = {}
+        #: Every worker not reaped yet, retired ones included (they finish what they run).
+        self.worker_pids: dict[int, _Worker] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.stopping = asyncio.Event()
 
@@ -93,12 +101,10 @@ class Daemon:
                 self.loop.add_signal_handler(sig, self.stopping.set)
         self.reap()
         self.sudo.start()
-        try:
-            self._worker_for(lookup_user(self.config.default_user))
-        except OpError:
-            log("default_user_missing", user=self.config.default_user)
         relay = None
         if self.config.egress_proxy_port:
+            from ._egress import start_relay  # only sandboxes with an egress proxy relay
+
             relay = await start_relay(self.config.egress_proxy_port, EGRESS_SOCKET)
         log("started", pid=os.getpid(), version=PROTOCOL_VERSION)
         accept = asyncio.ensure_future(self._accept(listener))
@@ -109,8 +115,8 @@ class Daemon:
             relay.close()
         self.processes.kill_all()
         self.sudo.close()
-        for worker in self.workers.values():
-            worker.ctrl.close()
+        for worker in list(self.workers.values()):
+            self._retire(worker)
         log("stopped")
 
     async def _accept(self, listener: socket.socket) -> None:
@@ -138,25 +144,21 @@ class Daemon:
                 continue
             if self.processes.on_child_exit(pid, status) or self.sudo.on_child_exit(pid, status):
                 continue
-            for name, worker in list(self.workers.items()):
-                if worker.pid == pid:
-                    worker.alive = False
-                    worker.ctrl.close()
-                    del self.workers[name]
-                    log("worker_exited", user=name, status=status)
+            worker = self.worker_pids.pop(pid, None)
+            if worker is not None:
+                self._retire(worker)
+                log("worker_exited", user=worker.user.name, status=status)
 
     def _on_stopped(self, pid: int) -> None:
         """A child was stopped (SIGSTOP/SIGTSTP from sandbox code). A worker must never sit
         stopped with requests queued for it: it is killed, and the next request gets a new
         one. Anything else stopped is the sandbox's own business."""
-        for worker in self.workers.values():
-            if worker.pid == pid:
-                log("worker_stopped", user=worker.user.name)
-                worker.alive = False
-                worker.ctrl.close()
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-                return
+        worker = self.worker_pids.get(pid)
+        if worker is not None:
+            log("worker_stopped", user=worker.user.name)
+            self._retire(worker)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
     # ---- one connection
 
@@ -170,7 +172,7 @@ class Daemon:
                 return
             op = request.get("op")
             try:
-                if op in FILE_OPS:
+                if op in FILE_OP_NAMES:
                     await self._hand_off(conn, payload, request)
                     return
                 handler = _HANDLERS.get(op) if isinstance(op, str) else None
@@ -217,19 +219,67 @@ class Daemon:
     # ---- file operations: handed to the user's worker
 
     def _worker_for(self, user: User) -> _Worker:
+        """The user's live worker, started now if there is none (the first file operation
+        pays a fork and the worker's imports, ~10 ms; an idle sandbox holds no worker)."""
         worker = self.workers.get(user.name)
         if worker is not None and worker.alive and worker.user == user:
+            worker.last_used = self.loop.time()
             return worker
+        if worker is not None:
+            self._retire(worker)
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
+            # Before anything else runs here: the event loop's state came with the fork, and
+            # neither the collector (a transport's finaliser would touch the shared epoll
+            # instance) nor a signal (written to the daemon's wakeup socket) may reach it.
+            gc.freeze()
+            signal.set_wakeup_fd(-1)
             parent.close()
+            # Imported in the child only: the file operations' modules (threads, pwd and grp
+            # lookups, ...) never weigh on PID 1's start-up or its resident memory.
+            from ._worker import run_worker
+
             run_worker(child, user, self.config)
         child.close()
         parent.setblocking(False)
-        worker = _Worker(user, pid, parent)
+        worker = _Worker(user, pid, parent, self.loop.time())
         self.workers[user.name] = worker
+        self.worker_pids[pid] = worker
+        worker.idle_timer = self.loop.call_later(
+            self.config.worker_idle_s, self._retire_idle, worker
+        )
+        log("worker_started", user=user.name, pid=pid)
         return worker
+
+    def _retire_idle(self, worker: _Worker) -> None:
+        """Retires a worker no request reached for ``worker_idle_s``, else looks again when
+        that much time has passed since its last request."""
+        if not worker.alive:
+            return
+        left = worker.last_used + self.config.worker_idle_s - self.loop.time()
+        if left > 0:
+            worker.idle_timer = self.loop.call_later(left, self._retire_idle, worker)
+            return
+        log("worker_idle", user=worker.user.name, pid=worker.pid)
+        self._retire(worker)
+
+    def _retire(self, worker: _Worker) -> None:
+        """Forgets a worker and closes its control socket. Closing is the whole shutdown
+        protocol, and it loses nothing: requests already sent stay queued in the worker's end
+        of the socketpair and are read before its end-of-file, and the worker finishes the
+        operations it runs before it exits (``_worker._serve``); the next request for the
+        user starts a new worker. Reaping stays with ``reap``."""
+        worker.alive = False
+        if worker.idle_timer is not None:
+            worker.idle_timer.cancel()
+            worker.idle_timer = None
+        if self.workers.get(worker.user.name) is worker:
+            del self.workers[worker.user.name]
+        for waiter in worker.send_waiters:
+            if not waiter.done():
+                waiter.set_exception(ConnectionResetError("the file worker was retired"))
+        worker.ctrl.close()
 
     async def _hand_off(self, conn: socket.socket, payload: bytes, request: dict[str, Any]) -> None:
         user = self.user(request)
@@ -238,25 +288,30 @@ class Daemon:
         for _ in range(2):
             worker = self._worker_for(user)
             try:
-                await self._send_fd(worker.ctrl, payload, conn.fileno())
+                await self._send_fd(worker, payload, conn.fileno())
                 return
             except OSError as exc:
                 log("worker_unreachable", user=user.name, error=str(exc))
-                worker.alive = False
+                self._retire(worker)
         raise OpError("unavailable", "file worker is not available")
 
-    async def _send_fd(self, ctrl: socket.socket, payload: bytes, fd: int) -> None:
+    async def _send_fd(self, worker: _Worker, payload: bytes, fd: int) -> None:
         while True:
+            if not worker.alive:
+                raise ConnectionResetError("the file worker was retired")
+            ctrl_fd = worker.ctrl.fileno()
             try:
-                socket.send_fds(ctrl, [payload], [fd])
+                socket.send_fds(worker.ctrl, [payload], [fd])
                 return
             except BlockingIOError:
                 ready: asyncio.Future[None] = self.loop.create_future()
-                self.loop.add_writer(ctrl.fileno(), _resolve, ready)
+                self.loop.add_writer(ctrl_fd, _resolve, ready)
+                worker.send_waiters.add(ready)
                 try:
                     await ready
                 finally:
-                    self.loop.remove_writer(ctrl.fileno())
+                    worker.send_waiters.discard(ready)
+                    self.loop.remove_writer(ctrl_fd)
 
     # ---- unary operations
 
@@ -462,28 +517,58 @@ def _harden_self() -> None:
         log("harden_failed", error=str(exc))
 
 
+_USAGE = "usage: sandgate-guest (--listen-fd FD | --socket PATH) --config PATH"
+
+
+def _parse_args(argv: list[str]) -> tuple[int | None, str | None, str]:
+    """``(listen_fd, socket_path, config_path)`` from the guest's three fixed options. Not
+    ``argparse``: the runtime writes this command line, and parsing it must not cost every
+    sandbox's start the import (~3 ms here) of a general parser with help and localisation."""
+    values: dict[str, str] = {}
+    rest = list(argv)
+    while rest:
+        option = rest.pop(0)
+        name, eq, inline = option.partition("=")
+        if name not in ("--listen-fd", "--socket", "--config") or name in values:
+            raise ValueError(f"unexpected argument: {option!r}")
+        if eq:
+            values[name] = inline
+        elif rest:
+            values[name] = rest.pop(0)
+        else:
+            raise ValueError(f"{name} needs a value")
+    if ("--listen-fd" in values) == ("--socket" in values):
+        raise ValueError("exactly one of --listen-fd and --socket is required")
+    if "--config" not in values:
+        raise ValueError("--config is required")
+    fd = values.get("--listen-fd")
+    if fd is not None and not (fd.isdigit() and fd.isascii()):
+        raise ValueError(f"--listen-fd must be a file descriptor number, not {fd!r}")
+    return (int(fd) if fd is not None else None), values.get("--socket"), values["--config"]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parses the command line, loads the config and serves (until SIGTERM/SIGINT, unless
     it is PID 1, which only the runtime ends)."""
-    parser = argparse.ArgumentParser(prog="sandgate-guest")
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--listen-fd", type=int, help="inherited listening Unix socket")
-    where.add_argument("--socket", help="Unix socket path to bind and listen on")
-    parser.add_argument("--config", required=True, help="guest.json written by the host")
-    args = parser.parse_args(argv)
+    try:
+        listen_fd, socket_path, config_path = _parse_args(sys.argv[1:] if argv is None else argv)
+    except ValueError as exc:
+        print(f"{_USAGE}\nsandgate-guest: error: {exc}", file=sys.stderr)
+        sys.exit(2)
     _ensure_std_fds()
     os.umask(0o022)
     _harden_self()
     try:
-        config = GuestConfig.load(args.config)
+        config = GuestConfig.load(config_path)
     except (OSError, ValueError) as exc:
-        log("bad_config", path=args.config, error=str(exc))
+        log("bad_config", path=config_path, error=str(exc))
         sys.exit(2)
-    if args.listen_fd is not None:
-        listener = socket.socket(fileno=args.listen_fd)
+    if listen_fd is not None:
+        listener = socket.socket(fileno=listen_fd)
         os.set_inheritable(listener.fileno(), False)
     else:
-        listener = _listen(args.socket)
+        assert socket_path is not None
+        listener = _listen(socket_path)
     asyncio.run(_run(listener, config))
 
 

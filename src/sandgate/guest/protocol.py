@@ -79,9 +79,11 @@ __all__ = [
     "ERROR_CODES",
     "ERROR_REASONS",
     "FILE_CHUNK",
+    "FILE_OP_NAMES",
     "FRAME_HEADER",
     "MAX_FRAME",
     "MAX_REQUEST",
+    "MAX_WORKER_MESSAGE",
     "OUTPUT_CHUNK",
     "PROTOCOL_VERSION",
     "PTY_CHUNK",
@@ -99,6 +101,16 @@ FRAME_HEADER: Final = struct.Struct(">BI")
 MAX_FRAME: Final = 4 * 1024 * 1024
 #: Largest first (request) frame the guest accepts; requests carry paths and small maps only.
 MAX_REQUEST: Final = 1024 * 1024
+#: Largest request the daemon forwards to a file worker (a seqpacket message must fit the buffer).
+MAX_WORKER_MESSAGE: Final = 128 * 1024
+#: The operations the daemon hands to the requesting user's file worker (``_files.FILE_OPS``
+#: implements them; named here so the daemon answers everything else without importing them).
+FILE_OP_NAMES: Final = frozenset(
+    {
+        "stat", "list_dir", "make_dir", "move", "remove", "read_file", "write_file",
+        "write_files", "watch",
+    }
+)  # fmt: skip
 #: Largest STDOUT/STDERR frame payload the guest sends.
 OUTPUT_CHUNK: Final = 32 * 1024
 #: Largest PTY frame payload the guest sends.

@@ -27,6 +27,27 @@ class RunningGuest:
     socket_path: Path
     workdir: Path
     log: list[str] = field(default_factory=list)
+    logged: threading.Condition = field(default_factory=threading.Condition)
+
+    def wait_event(self, event: str, start: int = 0, timeout: float = 30.0) -> dict[str, Any]:
+        """The first log record named ``event`` at index ``start`` or later, waiting for the
+        daemon to write it (the log is how the daemon says it did something asynchronous)."""
+        found: dict[str, Any] | None = None
+
+        def seen() -> bool:
+            nonlocal found
+            for line in self.log[start:]:
+                record = json.loads(line)
+                if record.get("event") == event:
+                    found = record
+                    return True
+            return False
+
+        with self.logged:
+            if not self.logged.wait_for(seen, timeout):
+                raise AssertionError(f"the guest never logged {event!r}: {self.log[start:]}")
+        assert found is not None
+        return found
 
     @property
     def client(self) -> GuestClient:
@@ -71,9 +92,14 @@ def _start(pyz: Path, workdir: Path, config: dict[str, Any]) -> RunningGuest:
     else:
         raise RuntimeError(f"guest did not start: {guest.log}")
     stderr = process.stderr
-    threading.Thread(
-        target=lambda: guest.log.extend(line.decode() for line in stderr), daemon=True
-    ).start()
+
+    def follow() -> None:
+        for raw in stderr:
+            with guest.logged:
+                guest.log.append(raw.decode())
+                guest.logged.notify_all()
+
+    threading.Thread(target=follow, daemon=True).start()
     return guest
 
 

@@ -1,0 +1,84 @@
+"""What the daemon costs before it answers: its command line, and the modules it imports.
+
+Every sandbox's start pays the guest's imports, so the modules only rare requests need (file
+operations, which run in the forked worker; the egress relay; argument parsing; ctypes)
+must stay out of the daemon's start; this guards that as the guest grows.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandgate.guest.daemon import _parse_args
+from sandgate.runtimes.base import GUEST_BOOT
+
+#: Imported by the worker or by rare requests only, never by the daemon's start.
+_NOT_AT_START = (
+    "argparse",
+    "ctypes",
+    "tempfile",
+    "shutil",
+    "zipfile",
+    "sandgate.guest._files",
+    "sandgate.guest._worker",
+    "sandgate.guest._inotify",
+    "sandgate.guest._egress",
+    "sandgate.guest._dirs",
+)
+
+
+def test_parse_args_accepts_the_runtime_command_line() -> None:
+    assert _parse_args(["--listen-fd", "3", "--config", "/g.json"]) == (3, None, "/g.json")
+    assert _parse_args(["--config=/g.json", "--socket", "/s"]) == (None, "/s", "/g.json")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--config", "/g.json"], "exactly one of --listen-fd and --socket"),
+        (["--listen-fd", "3", "--socket", "/s", "--config", "/g"], "exactly one of"),
+        (["--listen-fd", "3"], "--config is required"),
+        (["--listen-fd", "x", "--config", "/g"], "file descriptor number"),
+        (["--listen-fd", "-1", "--config", "/g"], "file descriptor number"),
+        (["--config"], "--config needs a value"),
+        (["--config", "/a", "--config", "/b", "--socket", "/s"], "unexpected argument"),
+        (["--verbose"], "unexpected argument"),
+    ],
+)
+def test_parse_args_refuses_what_the_runtime_never_writes(argv: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _parse_args(argv)
+
+
+def test_bad_command_line_exits_2_with_usage(guest_pyz: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-I", str(guest_pyz), "--socket", "/nonexistent/s"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "usage: sandgate-guest" in done.stderr and "--config is required" in done.stderr
+
+
+def test_daemon_start_imports_no_module_only_rare_requests_need(guest_pyz: Path) -> None:
+    """The sandbox's own boot code (``GUEST_BOOT``) up to the daemon's import, then which of
+    the rare modules are loaded."""
+    boot, found, _ = GUEST_BOOT.partition("from sandgate.guest.daemon import main")
+    assert found
+    probe = (
+        boot + "import sandgate.guest.daemon\n"
+        f"print(sorted(m for m in {_NOT_AT_START!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", probe, str(guest_pyz)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert done.stdout.strip() == "[]"
