@@ -76,17 +76,29 @@ def raw_burst(size: int, argv: list[str]) -> float:
     return elapsed
 
 
+FAILURES: list[str] = []
+
+
 def sandgate_burst(server: RunningServer, client: httpx.Client, size: int) -> float:
-    def one() -> str:
-        sandbox = create(server.url, server.api_key, client=client)
-        sid, token = sandbox["sandboxID"], sandbox["envdAccessToken"]
-        result = run(server.url, sid, token, "true", client=client)
-        assert result.exit_code == 0
+    """Wall time of a burst; a create or command that fails is recorded in ``FAILURES`` (and
+    reported next to the figures), not retried."""
+
+    def one() -> str | None:
+        try:
+            sandbox = create(server.url, server.api_key, client=client)
+            sid, token = sandbox["sandboxID"], sandbox["envdAccessToken"]
+            result = run(server.url, sid, token, "true", client=client)
+        except (AssertionError, httpx.HTTPError) as exc:
+            FAILURES.append(str(exc)[:300])
+            return None
+        if result.exit_code != 0:
+            FAILURES.append(f"`true` exited {result.exit_code}")
         return str(sid)
 
     elapsed, ids = burst(size, one)
     for sid in ids:
-        client.delete(f"{server.url}/sandboxes/{sid}")
+        if sid is not None:
+            client.delete(f"{server.url}/sandboxes/{sid}")
     return elapsed
 
 
@@ -166,6 +178,7 @@ def main() -> None:
         "sandgate_s": ours,
         "raw_s": raw,
         "pool": {"max": args.pool, **pooled},
+        "failures": FAILURES,
     }
     out = ROOT / "bench" / "results" / "bursts.json"
     out.parent.mkdir(exist_ok=True)
@@ -174,11 +187,12 @@ def main() -> None:
     rows = []
     for kind in kinds:
         a, b = median(ours[kind]), median(raw[kind])
+        ratio = median([x / y for x, y in zip(ours[kind], raw[kind], strict=True)])
         raw_name = "`bwrap … true`" if kind == "bwrap" else "`docker run --rm … true`"
         target = "≤ 4x" if kind == "bwrap" else "≤ 1.05x"
         rows.append(
             f"| {kind}: burst of {args.burst} | {a * 1000:.0f} | raw {raw_name} x{args.burst}: "
-            f"{b * 1000:.0f} | {a / b:.2f}x | {target} |"
+            f"{b * 1000:.0f} | {ratio:.2f}x | {target} |"
         )
     p = pooled
     rows.append(
@@ -198,12 +212,31 @@ baseline launches {args.burst} processes at once in the same round; median of {a
 interleaved rounds. Reproduce: `uv run python bench/bursts.py --burst {args.burst}
 --rounds {args.rounds} --pool {args.pool}`.
 
-| measure (ms, median) | Sandgate | raw baseline | ratio | target |
+| measure (ms, median) | Sandgate | raw baseline | ratio (median of rounds) | target |
 |---|---|---|---|---|
 {chr(10).join(rows)}
 
 The pool grew from 2 to {args.pool} after the draining burst and was full again
-{p["regrow_s"]:.1f} s later (refills boot up to 4 at once).
+{p["regrow_s"]:.1f} s later (refills boot up to 4 at once). Failed creates in the whole run:
+{len(FAILURES)}{"" if not FAILURES else " (" + "; ".join(sorted(set(FAILURES)))[:400] + ")"}.
+
+Where a burst's time goes (py-spy, `--idle`, on the gateway during bursts of 20): before
+2026-12-02 the runtimes ran their blocking work through `asyncio.to_thread`, whose default
+executor has `cpu_count + 4` threads (6 here) shared with audit appends and snapshots, so a
+burst of 20 launched 6 at a time; every uid-slot claim walked all of `/proc` once per orphaned
+claim (a host whose sandbox homes were deleted under live sandboxes has dozens), and one global
+lock serialised the making of each slot's user namespace (a helper process). Now the runtimes
+have their own 64 threads (and Docker client connections), a claim walks `/proc` at most once,
+namespaces are locked per range, and the stub and host-directory files are written off the
+event loop. What is left: on bwrap the gateway's event loop is idle about 80 % of a burst and
+the runtime threads mostly wait; the time is the 20 guests' own start (CPython + `asyncio`,
+~55 ms of CPU each on a quiet machine, ~1.1 s of CPU for 20 on 2 cores against ~0.1 s for 20
+raw `bwrap … true`), so the ≤ 4x target is **not met on a quiet machine** with the Python guest
+(a ratio under 4 measured at a high load average is the load inflating the raw baseline, not a
+pass); it needs the lean guest of point 1. On Docker the runtime threads wait on the engine
+(`containers.run`: create, inspect, start, through Sandgate's OCI shim) and then on the guest
+start; the ≤ 1.05x target is **not met**: the engine's work per container plus the guest's
+start stays above raw `docker run … true`, which starts no daemon.
 """
     write_section("Bursts", body)
     print(json.dumps(results, indent=2))

@@ -413,7 +413,10 @@ class SandboxService:
         guest (and the template's service) answers; returns the runtime reference. ``layer``
         is a saved layer its disk starts as; ``image_ref`` the image it was saved over."""
         host_dir = self._root / sandbox_id
-        self._prepare_host_dir(host_dir, {**(template.envs or {}), **envs}, template)
+        # File copies and writes: off the event loop, which a burst of creates shares.
+        await asyncio.to_thread(
+            self._prepare_host_dir, host_dir, {**(template.envs or {}), **envs}, template
+        )
         spec = SandboxSpec(
             sandbox_id=sandbox_id,
             image_ref=image_ref or template.image_ref,
