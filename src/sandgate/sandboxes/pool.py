@@ -221,6 +221,7 @@ class WarmPool:
     def _pool_of(self, template: Template) -> _Pool | None:
         pool = self._pools.get(_pool_key(template))
         if pool is not None:
+            pool.template = template  # the latest row: a rebuilt template boots its new image
             return pool
         size = self._config.templates.warm_pool.get(template.name)
         if size is None or size.max <= 0:
