@@ -179,8 +179,9 @@ Reproduce: `uv run python bench/sandbox_lifecycle.py`.
 Targets (design.md §6): create → first command, cold, Docker p50 ≤ 400 ms; warm pool
 p50 ≤ 40 ms / p99 ≤ 150 ms; `commands.run("true")` p50 ≤ 5 ms. The SDK's own client-side
 time (building requests, parsing) is included in every Sandgate number.
-In the warm run, back-to-back creates drain the pool faster than it refills (each refill is a
-cold start), so its p95/p99 are cold starts: size the pool to the burst you expect.
+In the warm run, back-to-back creates may drain the pool faster than it refills (refills boot
+up to 4 at once), so its p95/p99 can be cold starts: give the pool a `max` the size of the burst
+you expect (a pool grows toward it when drained; "Bursts" measures that).
 `commands.run("true")` runs `bash -l -c true`; on this VM a bare fork+exec of `/bin/true`
 inside a sandbox costs about 2.7 ms and `bash -l -c true` about 5 ms before any Sandgate
 overhead, which puts the 5 ms target below this machine's floor.

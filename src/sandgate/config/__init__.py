@@ -30,6 +30,7 @@ from sandgate.config._gateway import (
 from sandgate.config._identity import IdentityConfig
 from sandgate.config._load import load_config
 from sandgate.config._model import (
+    CODE_INTERPRETER_TEMPLATE,
     Config,
     DockerConfig,
     FloorComponent,
@@ -42,11 +43,13 @@ from sandgate.config._model import (
     StoreConfig,
     TemplatesConfig,
     TlsConfig,
+    WarmPoolSize,
 )
 from sandgate.config._presets import PACKAGE_REGISTRIES, PRESETS, preset_of
 from sandgate.config._telemetry import MetricsConfig, ObservabilityConfig, SandboxLogsConfig
 
 __all__ = [
+    "CODE_INTERPRETER_TEMPLATE",
     "PACKAGE_REGISTRIES",
     "PRESETS",
     "AgentBudgets",
@@ -93,6 +96,7 @@ __all__ = [
     "TimeWindow",
     "TlsConfig",
     "ToolConfig",
+    "WarmPoolSize",
     "load_config",
     "preset_of",
 ]

@@ -212,13 +212,50 @@ class LimitsConfig(_Section):
         return self
 
 
+#: The shipped code interpreter's template: warm by default when it is built (a kernel's cold
+#: start is the slowest create there is).
+CODE_INTERPRETER_TEMPLATE = "code-interpreter-v1"
+
+
+class WarmPoolSize(_Section):
+    """How many started sandboxes a template's warm pool keeps: never fewer than ``min``
+    while idle, up to ``max`` while creates drain it (the pool grows when a take leaves it
+    empty and shrinks back toward ``min`` after ``templates.warm_pool_idle_s`` without a
+    take). A bare number ``N`` means ``{min: N, max: N}``; ``0`` turns the pool off."""
+
+    min: int = Field(0, ge=0, le=1000)
+    max: int = Field(0, ge=0, le=1000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, value: object) -> object:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"min": value, "max": value}
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> WarmPoolSize:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        return self
+
+
+def _default_warm_pool() -> dict[str, WarmPoolSize]:
+    return {CODE_INTERPRETER_TEMPLATE: WarmPoolSize(min=1, max=2)}
+
+
 class TemplatesConfig(_Section):
     source: Literal["auto", "registry", "debootstrap"] = "auto"
     mirror: str = "http://deb.debian.org/debian"
     #: Build missing shipped templates when ``serve`` starts.
     build_on_start: bool = True
-    #: Sandboxes kept started and unclaimed per template, so create is instant.
-    warm_pool: dict[str, int] = Field(default_factory=dict)
+    #: Sandboxes kept started and unclaimed per template, so create is instant: ``{name: N}``
+    #: or ``{name: {min: M, max: X}}`` (``WarmPoolSize``). Setting it replaces the default,
+    #: which keeps the code interpreter warm (a template that is not built is skipped).
+    warm_pool: dict[str, WarmPoolSize] = Field(default_factory=_default_warm_pool)
+    #: Seconds without a take after which a pool above its ``min`` gives back half its excess
+    #: (and again after each further such period).
+    warm_pool_idle_s: int = Field(300, ge=1, le=86400)
     #: Whether teams may build their own templates through the E2B template API (their build
     #: steps run in the builder's isolation, not behind the sandbox wall: threat-model.md).
     team_builds: bool = True

@@ -56,6 +56,7 @@ _HELPER_TIMEOUT_S = 10.0
 
 _namespaces: dict[int, int] = {}
 _lock = threading.Lock()
+_range_locks: dict[int, threading.Lock] = {}
 
 
 def idmapped_bind(source: Path, target: Path, base: int, size: int, attrs: int = 0) -> None:
@@ -95,11 +96,19 @@ def _fail(what: str, path: Path) -> None:
 def slot_userns(base: int, size: int) -> int:
     """An fd of the user namespace owned by host uid ``base`` that maps ``0..size-1`` to
     ``base..``, with nested user namespaces locked; made once per range."""
+    # One lock per range, not one for all: making a namespace runs a helper process, and the
+    # creates of a burst (each on its own claimed range) must not wait for one another's.
     with _lock:
+        fd = _namespaces.get(base)
+        if fd is not None:
+            return fd
+        range_lock = _range_locks.setdefault(base, threading.Lock())
+    with range_lock:
         fd = _namespaces.get(base)
         if fd is None:
             fd = _make_userns(base, size)
-            _namespaces[base] = fd
+            with _lock:
+                _namespaces[base] = fd
         return fd
 
 

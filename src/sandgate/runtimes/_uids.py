@@ -56,11 +56,16 @@ def claim_slot(owner: Path) -> int:
     _CLAIMS_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
     taken = {int(p.name) for p in _CLAIMS_DIR.iterdir() if p.name.isdigit()}
     record = json.dumps({"owner": str(owner)}).encode()
+    running: set[int] | None = None  # slots whose uids run a process; read once, when needed
     for slot in range(_MAX_SLOTS):
         claim = _CLAIMS_DIR / str(slot)
-        if slot in taken and not _stale(claim):
-            continue
         if slot in taken:
+            if not _orphaned(claim):
+                continue
+            if running is None:
+                running = _running_slots()
+            if slot in running:
+                continue
             with contextlib.suppress(FileNotFoundError):
                 claim.unlink()
         try:
@@ -83,17 +88,25 @@ def release_slot(slot: int, owner: Path) -> None:
             claim.unlink()
 
 
-def _stale(claim: Path) -> bool:
+def _orphaned(claim: Path) -> bool:
+    """Whether a claim's owner directory is gone (a stale claim, unless its uids still run a
+    process: ``_running_slots``)."""
     try:
         owner = Path(json.loads(claim.read_text())["owner"])
     except (OSError, ValueError, KeyError, TypeError):
         return False  # being written right now, or unreadable: leave it alone
-    if owner.is_dir():
-        return False
-    base = uid_base(int(claim.name))
+    return not owner.is_dir()
+
+
+def _running_slots() -> set[int]:
+    """The slots whose uid range owns a process right now: one walk of ``/proc`` for a whole
+    claim, not one per orphaned claim (a host with many orphaned claims, e.g. homes deleted
+    under live sandboxes, paid a walk per claim per create, in every create of a burst)."""
+    slots: set[int] = set()
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             with contextlib.suppress(OSError):
-                if base <= proc.stat().st_uid < base + UIDS_PER_SANDBOX:
-                    return False
-    return True
+                uid = proc.stat().st_uid
+                if uid >= UID_BASE:
+                    slots.add((uid - UID_BASE) // UIDS_PER_SANDBOX)
+    return slots

@@ -41,7 +41,6 @@ Landlock (not used). The gateway must run as root; rootless operation is not sup
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import contextlib
 import json
@@ -76,6 +75,7 @@ from sandgate.runtimes._stage import (
     unstage,
 )
 from sandgate.runtimes._stats import CgroupFiles, SandboxStats, read_many
+from sandgate.runtimes._threads import off_loop
 from sandgate.runtimes._uids import (
     UID_BASE,
     UIDS_PER_SANDBOX,
@@ -136,7 +136,7 @@ class BwrapRuntime:
     # -- protocol -------------------------------------------------------------------------
 
     async def ping(self) -> str:
-        return await asyncio.to_thread(self._ensure_host)
+        return await off_loop(self._ensure_host)
 
     async def create(self, spec: SandboxSpec) -> str:
         return await self._run(partial(self._create, spec))
@@ -456,7 +456,7 @@ class BwrapRuntime:
 
     async def _run(self, func: Callable[[], T]) -> T:
         try:
-            return await asyncio.to_thread(func)
+            return await off_loop(func)
         except OSError as exc:
             raise RuntimeUnavailable(f"bwrap runtime: {exc}") from None
 

@@ -30,7 +30,6 @@ What it leaves to other layers: who may create sandboxes (the control plane), eg
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import shutil
@@ -59,6 +58,7 @@ from sandgate.runtimes._stage import (
     unstage,
 )
 from sandgate.runtimes._stats import CgroupFiles, SandboxStats, cgroup_files_of_pid, read_many
+from sandgate.runtimes._threads import MAX_WORKERS, off_loop
 from sandgate.runtimes._uids import UIDS_PER_SANDBOX, claim_slot, release_slot, uid_base
 from sandgate.runtimes.base import (
     GUEST_CAPABILITIES,
@@ -137,12 +137,12 @@ class DockerRuntime:
         await self._ensure_shim()
         state_dir = self._state_root / spec.sandbox_id
         with self._in_creation(spec.sandbox_id):
-            stage = await asyncio.to_thread(self._prepare, spec, state_dir)
+            stage = await off_loop(partial(self._prepare, spec, state_dir))
             kwargs = self._run_arguments(spec, stage)
             try:
                 container = await self._call(lambda c: c.containers.run(**kwargs))
                 pid = await self.pid(spec.sandbox_id)
-                await asyncio.to_thread(self._check_identity, spec.sandbox_id, pid)
+                await off_loop(partial(self._check_identity, spec.sandbox_id, pid))
             except docker.errors.APIError as exc:
                 await self.kill(spec.sandbox_id)
                 raise RuntimeUnavailable(
@@ -221,7 +221,7 @@ class DockerRuntime:
 
         self._cgroup_files.pop(sandbox_id, None)
         await self._call(remove)
-        await asyncio.to_thread(self._cleanup, sandbox_id)
+        await off_loop(partial(self._cleanup, sandbox_id))
 
     def _cleanup(self, sandbox_id: str) -> None:
         state_dir = self._state_root / sandbox_id
@@ -272,7 +272,7 @@ class DockerRuntime:
                 info = read_info(sandbox_id)
                 mine = info.get("instance") == self._instance_id and info.get("runtime") == "docker"
                 if mine and sandbox_id not in known and sandbox_id not in started:
-                    await asyncio.to_thread(self._cleanup, sandbox_id)
+                    await off_loop(partial(self._cleanup, sandbox_id))
         finally:
             self._list_watches.remove(started)
         return found
@@ -294,7 +294,7 @@ class DockerRuntime:
         for sandbox_id in sandbox_ids:
             if sandbox_id not in self._cgroup_files:
                 pid = await self.pid(sandbox_id)
-                files = await asyncio.to_thread(cgroup_files_of_pid, pid) if pid else None
+                files = await off_loop(partial(cgroup_files_of_pid, pid)) if pid else None
                 if files is not None:
                     self._cgroup_files[sandbox_id] = files
         wanted = {
@@ -302,7 +302,7 @@ class DockerRuntime:
             for sandbox_id in sandbox_ids
             if sandbox_id in self._cgroup_files
         }
-        found = await asyncio.to_thread(read_many, wanted)
+        found = await off_loop(partial(read_many, wanted))
         for sandbox_id in wanted.keys() - found.keys():
             self._cgroup_files.pop(sandbox_id, None)  # gone, or its files moved: find again
         return found
@@ -367,7 +367,7 @@ class DockerRuntime:
 
     async def _call(self, func: Callable[[Any], T]) -> T:
         try:
-            return await asyncio.to_thread(partial(self._invoke, func))
+            return await off_loop(partial(self._invoke, func))
         except docker.errors.DockerException as exc:
             if isinstance(exc, docker.errors.APIError):
                 raise
@@ -379,16 +379,16 @@ class DockerRuntime:
     def _invoke(self, func: Callable[[Any], T]) -> T:
         if self._client is None:
             self._client = (
-                docker.DockerClient(base_url=self._base_url, timeout=60)
+                docker.DockerClient(base_url=self._base_url, timeout=60, max_pool_size=MAX_WORKERS)
                 if self._base_url
-                else docker.from_env(timeout=60)
+                else docker.from_env(timeout=60, max_pool_size=MAX_WORKERS)
             )
         return func(self._client)
 
 
 async def _on_host(func: Callable[[], T]) -> T:
     try:
-        return await asyncio.to_thread(func)
+        return await off_loop(func)
     except OSError as exc:
         raise RuntimeUnavailable(f"docker runtime: {exc}") from None
 

@@ -2,9 +2,16 @@
 
 A warm sandbox has booted (its guest answers) but has no row, owner or environment yet; a
 create of that template at the default size claims one, gives it its row and environment, and
-the pool starts another in the background (``templates.warm_pool`` says how many per
-template). Booting, checking and removing a sandbox are the lifecycle service's; the pool only
-holds started ones and decides when to start more.
+the pool starts more in the background. Booting, checking and removing a sandbox are the
+lifecycle service's; the pool only holds started ones and decides when to start or stop more.
+
+Sizing (``templates.warm_pool``, ``config.WarmPoolSize``): each template's pool aims at a
+*target* between its ``min`` and ``max``, starting at ``min``. A take that leaves the pool
+empty (a hit that took the last one, or a miss) raises the target by one, so a burst that
+drains the pool grows it toward ``max``; after ``templates.warm_pool_idle_s`` without a take,
+half the excess above ``min`` is stopped, and again after each further idle period. Refills
+boot up to ``_REFILL_PARALLEL`` sandboxes of a template at once: a drained pool of ``max``
+comes back in ``max / _REFILL_PARALLEL`` boot times, not ``max``.
 """
 
 from __future__ import annotations
@@ -14,13 +21,14 @@ import contextlib
 import secrets
 import shutil
 import string
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 
-from sandgate.config import Config
+from sandgate.config import Config, WarmPoolSize
 from sandgate.errors import SandgateError
 from sandgate.runtimes import Runtime
 from sandgate.store import Template
@@ -33,8 +41,14 @@ _ID_ALPHABET = string.ascii_lowercase + string.digits
 #: 25 characters of [a-z0-9] is 129 bits: ids cannot be guessed (AUTH-04), and they are
 #: never credentials anyway.
 _ID_LENGTH = 25
-#: Boot failures in a row after which a refill gives up until the next claim.
+#: Boot failures in a row after which a template's refills give up until the next claim.
 _MAX_FAILURES = 3
+#: Sandboxes of one template booting for its pool at once. More would only queue on the
+#: host's cores (a boot is mostly the guest's interpreter start) and slow the creates that
+#: are being served cold meanwhile.
+_REFILL_PARALLEL = 4
+#: Longest wait between two checks for idle pools.
+_TRIM_CHECK_S = 30.0
 
 
 def new_sandbox_id() -> str:
@@ -47,6 +61,19 @@ class Warm:
 
     sandbox_id: str
     ref: str
+
+
+@dataclass
+class _Pool:
+    """One template's pool: its bounds, current target, waiting and booting sandboxes."""
+
+    template: Template
+    size: WarmPoolSize
+    target: int
+    last_take: float
+    ready: list[Warm] = field(default_factory=list)
+    booting: int = 0
+    failures: int = 0
 
 
 #: Boots a sandbox of a template (default size, no environment of its own) in its existing
@@ -64,9 +91,11 @@ class WarmPool:
         boot: Boot,
         alive: Callable[[str], Awaitable[bool]],
         discard: Callable[[str], Awaitable[None]],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``alive`` says whether a sandbox's guest answers; ``discard`` removes a sandbox that
-        never had a row (runtime sandbox, host directory, hooks)."""
+        never had a row (runtime sandbox, host directory, hooks). ``clock`` (monotonic
+        seconds) decides when a pool has been idle long enough to shrink."""
         self._config = config
         self._limits = config.limits
         self._runtime = runtime
@@ -74,79 +103,173 @@ class WarmPool:
         self._boot = boot
         self._alive = alive
         self._discard = discard
-        self._pools: dict[str, list[Warm]] = {}
-        self._filling: dict[str, asyncio.Task[None]] = {}
+        self._clock = clock
+        self._idle_s = float(config.templates.warm_pool_idle_s)
+        self._pools: dict[str, _Pool] = {}
+        self._tasks: set[asyncio.Task[None]] = set()  # boots
+        self._discards: set[asyncio.Task[None]] = set()
+        self._trimmer: asyncio.Task[None] | None = None
 
     def sizes(self) -> dict[str, int]:
         """Started sandboxes waiting in each template's warm pool (the metrics' gauge)."""
-        return {key: len(pool) for key, pool in self._pools.items()}
+        return {key: len(pool.ready) for key, pool in self._pools.items()}
+
+    def targets(self) -> dict[str, int]:
+        """How many sandboxes each template's pool is aiming at right now."""
+        return {key: pool.target for key, pool in self._pools.items()}
 
     async def take(self, template: Template, cpu: int, memory: int) -> Warm | None:
-        """A started, unclaimed, answering sandbox of ``template`` with the default size."""
+        """A started, unclaimed, answering sandbox of ``template`` with the default size, or
+        None. Either way the pool refills (and grows when this take left it empty)."""
         if (cpu, memory) != (self._limits.default_cpu_count, self._limits.default_memory_mb):
             return None
-        pool = self._pools.get(_pool_key(template), [])
-        while pool:
-            warm = pool.pop(0)
+        pool = self._pool_of(template)
+        if pool is None:
+            return None
+        pool.last_take = self._clock()
+        pool.failures = 0
+        found: Warm | None = None
+        while pool.ready:
+            warm = pool.ready.pop(0)
             if await self._alive(warm.sandbox_id):
-                return warm
+                found = warm
+                break
             await self._discard(warm.sandbox_id)
-        return None
+        if not pool.ready and pool.target < pool.size.max:
+            pool.target += 1
+        self.refill(template)
+        return found
 
     def put_back(self, template: Template, warm: Warm) -> None:
         """Returns a claimed sandbox that its create could not use (refused before it was
         touched: a quota, say)."""
-        self._pools.setdefault(_pool_key(template), []).append(warm)
+        pool = self._pool_of(template)
+        if pool is None:  # not configured any more: cannot happen without a restart
+            self._spawn_discard(warm.sandbox_id)
+            return
+        pool.ready.append(warm)
 
     def refill(self, template: Template) -> None:
-        """Starts filling ``template``'s pool up to its configured size in the background,
-        unless it is being filled already or has no pool."""
-        wanted = self._config.templates.warm_pool.get(template.name, 0)
-        if wanted <= 0 or template.name in self._filling:
+        """Starts booting sandboxes in the background until ``template``'s pool (waiting plus
+        booting) reaches its target, at most ``_REFILL_PARALLEL`` at once; each boot that ends
+        starts the next. Does nothing for a template without a pool or whose boots keep
+        failing (until the next take)."""
+        pool = self._pool_of(template)
+        if pool is None:
             return
-        task = asyncio.create_task(self._fill(template, wanted), name=f"pool-{template.name}")
-        self._filling[template.name] = task
+        while (
+            len(pool.ready) + pool.booting < pool.target
+            and pool.booting < _REFILL_PARALLEL
+            and pool.failures < _MAX_FAILURES
+        ):
+            pool.booting += 1
+            self._spawn(self._boot_one(pool), f"pool-{template.name}")
+
+    def start(self) -> None:
+        """Starts shrinking idle pools in the background (``drain`` stops it)."""
+        if self._trimmer is None:
+            self._trimmer = asyncio.create_task(self._trim_loop(), name="pool-trim")
 
     async def wait_filled(self) -> None:
         """Returns once the refills under way have ended (their sandboxes are in the pool or
         were given up), e.g. for a benchmark or a test that wants a warm create."""
-        while self._filling:
-            await asyncio.gather(*self._filling.values(), return_exceptions=True)
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def _fill(self, template: Template, wanted: int) -> None:
-        pool = self._pools.setdefault(_pool_key(template), [])
-        failures = 0
-        try:
-            while len(pool) < wanted and failures < _MAX_FAILURES:
-                sandbox_id = new_sandbox_id()
-                (self._root / sandbox_id).mkdir(parents=True, mode=0o755)
-                try:
-                    ref = await self._boot(sandbox_id, template)
-                except SandgateError as exc:
-                    failures += 1
-                    log.warning("pool.boot_failed", template=template.name, error=exc.message)
-                    await self._discard(sandbox_id)
-                    continue
-                except asyncio.CancelledError:
-                    await self._discard(sandbox_id)  # stopped mid-boot: leave nothing behind
-                    raise
-                pool.append(Warm(sandbox_id, ref))
-        finally:
-            self._filling.pop(template.name, None)
+    def trim(self) -> list[str]:
+        """Shrinks each pool idle for ``warm_pool_idle_s``: its target loses half its excess
+        above ``min`` (at least one) and the surplus waiting sandboxes are removed in the
+        background. Returns the ids removed."""
+        now = self._clock()
+        removed: list[str] = []
+        for pool in self._pools.values():
+            if pool.target <= pool.size.min or now - pool.last_take < self._idle_s:
+                continue
+            excess = pool.target - pool.size.min
+            pool.target -= max(1, excess // 2)
+            pool.last_take = now  # the next step waits another idle period
+            while len(pool.ready) > pool.target:
+                warm = pool.ready.pop()
+                removed.append(warm.sandbox_id)
+                self._spawn_discard(warm.sandbox_id)
+            log.info("pool.shrunk", template=pool.template.name, target=pool.target)
+        return removed
 
     async def drain(self) -> None:
         """Stops every refill and removes every waiting sandbox (the gateway is stopping)."""
-        for name, task in list(self._filling.items()):
+        if self._trimmer is not None:
+            self._trimmer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._trimmer
+            self._trimmer = None
+        for task in list(self._tasks):
             task.cancel()
+        for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, SandgateError):
                 await task
-            self._filling.pop(name, None)
+        if self._discards:
+            await asyncio.gather(*list(self._discards), return_exceptions=True)
         for pool in self._pools.values():
-            while pool:
-                warm = pool.pop()
+            while pool.ready:
+                warm = pool.ready.pop()
                 with contextlib.suppress(SandgateError):
                     await self._runtime.kill(warm.sandbox_id)
                 shutil.rmtree(self._root / warm.sandbox_id, ignore_errors=True)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _pool_of(self, template: Template) -> _Pool | None:
+        pool = self._pools.get(_pool_key(template))
+        if pool is not None:
+            pool.template = template  # the latest row: a rebuilt template boots its new image
+            return pool
+        size = self._config.templates.warm_pool.get(template.name)
+        if size is None or size.max <= 0:
+            return None
+        pool = _Pool(template, size, target=size.min, last_take=self._clock())
+        self._pools[_pool_key(template)] = pool
+        return pool
+
+    def _spawn(self, work: Awaitable[None], name: str) -> None:
+        task = asyncio.ensure_future(work)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _spawn_discard(self, sandbox_id: str) -> None:
+        """Removes a waiting sandbox in the background; ``drain`` waits for it, never
+        cancels it (half a removal would leave a sandbox nobody owns)."""
+        task = asyncio.ensure_future(self._discard(sandbox_id))
+        self._discards.add(task)
+        task.add_done_callback(self._discards.discard)
+
+    async def _boot_one(self, pool: _Pool) -> None:
+        template = pool.template
+        sandbox_id = new_sandbox_id()
+        try:
+            (self._root / sandbox_id).mkdir(parents=True, mode=0o755)
+            ref = await self._boot(sandbox_id, template)
+        except SandgateError as exc:
+            pool.failures += 1
+            log.warning("pool.boot_failed", template=template.name, error=exc.message)
+            await self._discard(sandbox_id)
+        except asyncio.CancelledError:
+            pool.booting -= 1
+            await self._discard(sandbox_id)  # stopped mid-boot: leave nothing behind
+            raise
+        else:
+            if len(pool.ready) >= pool.target:  # shrunk while it booted
+                await self._discard(sandbox_id)
+            else:
+                pool.failures = 0
+                pool.ready.append(Warm(sandbox_id, ref))
+        pool.booting -= 1
+        self.refill(template)
+
+    async def _trim_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(self._idle_s, _TRIM_CHECK_S))
+            self.trim()
 
 
 def _pool_key(template: Template) -> str:

@@ -350,7 +350,6 @@ class SandboxService:
                 await self._guest(row.id).configure(envs)
                 _publish_envs(host_dir, envs)
                 ref = warm.ref
-                self._pool.refill(template)
             else:
                 host_dir.mkdir(parents=True, mode=0o755)
                 extra_envs = await self._attach(row, host_dir)
@@ -414,7 +413,10 @@ class SandboxService:
         guest (and the template's service) answers; returns the runtime reference. ``layer``
         is a saved layer its disk starts as; ``image_ref`` the image it was saved over."""
         host_dir = self._root / sandbox_id
-        self._prepare_host_dir(host_dir, {**(template.envs or {}), **envs}, template)
+        # File copies and writes: off the event loop, which a burst of creates shares.
+        await asyncio.to_thread(
+            self._prepare_host_dir, host_dir, {**(template.envs or {}), **envs}, template
+        )
         spec = SandboxSpec(
             sandbox_id=sandbox_id,
             image_ref=image_ref or template.image_ref,
@@ -1025,12 +1027,16 @@ class SandboxService:
         await self._snapshots.recover()
         await self.reattach()
         self._reaper.start()
-        for name in self._config.templates.warm_pool:
+        templates = self._config.templates
+        for name in templates.warm_pool:
             template = self._store.template_by_name_or_id(name)
             if template is None:
-                log.warning("pool.unknown_template", template=name)
+                # The default pool (the code interpreter) waits quietly for its template.
+                if "warm_pool" in templates.model_fields_set:
+                    log.warning("pool.unknown_template", template=name)
                 continue
             self._pool.refill(template)
+        self._pool.start()
 
     async def stop(self) -> None:
         """Stops background work. Sandboxes keep running; the next start reattaches them."""

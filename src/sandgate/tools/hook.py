@@ -13,6 +13,7 @@ by code inside it. The agent's configured metadata overrides the sandbox's on co
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import structlog
@@ -71,7 +72,8 @@ class ToolGatewayHook:
     async def attach(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
         subject = self.subject(sandbox)
         visible = self._gateway.visible_tools(subject)
-        write_stubs(visible, host_dir / "tools", self._staging)
+        # A few dozen small files: written off the event loop, which a burst of creates shares.
+        await asyncio.to_thread(write_stubs, visible, host_dir / "tools", self._staging)
         previous = self._sockets.pop(sandbox.id, None)
         if previous is not None:
             await previous.close()
