@@ -56,5 +56,8 @@ class FloorGuard:
     async def layer_in_use(self, sandbox_id: str) -> int:
         return await self.inner.layer_in_use(sandbox_id)
 
+    async def guest_log(self, sandbox_id: str, limit: int = 4096) -> str:
+        return await self.inner.guest_log(sandbox_id, limit)
+
     async def save_layer(self, sandbox_id: str, archive: Path) -> int:
         return await self.inner.save_layer(sandbox_id, archive)

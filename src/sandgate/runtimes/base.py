@@ -177,6 +177,12 @@ class Runtime(Protocol):
         """Bytes in use on the sandbox's disk: the most ``save_layer`` will write."""
         ...
 
+    async def guest_log(self, sandbox_id: str, limit: int = 4096) -> str:
+        """The last ``limit`` bytes the sandbox's guest wrote to its log ("" if none), for
+        the gateway's log when a sandbox fails to start: the sandbox, and its log with it,
+        is removed right after."""
+        ...
+
     async def save_layer(self, sandbox_id: str, archive: Path) -> int:
         """Writes the sandbox's layer (every file it has written, owners relative to its uid
         range) to ``archive``, which must not exist, and returns its size. The sandbox must be

@@ -157,6 +157,9 @@ class BwrapRuntime:
     async def pid(self, sandbox_id: str) -> int | None:
         return await self._run(partial(self._pid, sandbox_id))
 
+    async def guest_log(self, sandbox_id: str, limit: int = 4096) -> str:
+        return await self._run(partial(_tail, Stage(STAGE_DIR / sandbox_id).log, limit))
+
     async def layer_in_use(self, sandbox_id: str) -> int:
         return await self._run(partial(layer_in_use, sandbox_id))
 
@@ -573,3 +576,13 @@ def _load_state(state_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _tail(path: Path, limit: int) -> str:
+    try:
+        with path.open("rb") as file:
+            size = file.seek(0, os.SEEK_END)
+            file.seek(max(0, size - limit))
+            return file.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""

@@ -288,6 +288,16 @@ class DockerRuntime:
 
         return await self._call(inspect)
 
+    async def guest_log(self, sandbox_id: str, limit: int = 4096) -> str:
+        def read(client: Any) -> str:
+            try:
+                data = client.api.logs(_name(sandbox_id), stdout=True, stderr=True, tail=50)
+            except docker.errors.NotFound:
+                return ""
+            return bytes(data)[-limit:].decode("utf-8", "replace")
+
+        return await self._call(read)
+
     async def stats(self, sandbox_ids: Sequence[str]) -> dict[str, SandboxStats]:
         """Reads each container's cgroup directly; the engine is asked only once per sandbox,
         for the pid that leads to its cgroup."""

@@ -1155,6 +1155,14 @@ class SandboxService:
         try:
             await self._guest(sandbox_id).ping(timeout_s=_READY_TIMEOUT_S)
         except GuestError as exc:
+            try:
+                guest_log = await self._runtime.guest_log(sandbox_id)
+            except SandgateError:
+                guest_log = ""
+            # The sandbox (and its log) is removed next: what the guest said stays here.
+            log.warning(
+                "sandbox.not_ready", sandbox=sandbox_id, error=exc.message, guest_log=guest_log
+            )
             raise SandboxUnavailable(
                 f"sandbox {sandbox_id} did not become ready ({exc.message}); see `sandgate doctor`"
             ) from None
