@@ -9,10 +9,8 @@ an event loop), never written by the caller, so no fsync ever runs on an event l
 writer takes whatever is queued as one batch (group commit): under an ``flock`` (``serve``
 and an in-process ``sandgate run`` may share a home) it checks the file's head against its
 anchor, seals the records onto the chain, writes them in one ``write``, fsyncs once (unless
-``audit.fsync: false``), resolves each caller's future, and then, still under the lock, indexes
-them in the store in one transaction. A record is therefore durable when its caller hears back;
-its index row follows one transaction later, and readers of the index wait for it
-(``Store.audit_read_barrier``, set to ``wait_indexed``).
+``audit.fsync: false``), indexes them in the store in one transaction, and only then resolves
+each caller's future. A record is therefore durable when its caller hears back.
 
 The anchor: the store indexes every record's hash, so its last row is the log's head as this
 gateway wrote it (a signed checkpoint file, ``audit.checkpoint``, can hold a copy elsewhere).
@@ -123,11 +121,6 @@ class AuditLog:
         self._fsync = fsync
         self._checkpoint = checkpoint
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
-        #: Batches answered (durable) but not yet indexed; readers of the index wait for 0.
-        self._unindexed = 0
-        self._indexed = threading.Condition()
-        if store is not None:
-            store.audit_read_barrier = self.wait_indexed
         self._thread: threading.Thread | None = None
         self._thread_lock = threading.Lock()
         self._health = AuditHealth(AuditState.OK)
@@ -178,12 +171,6 @@ class AuditLog:
             os.close(fd)
         except OSError as exc:
             raise _unavailable(self.path, exc) from None
-
-    def wait_indexed(self, timeout: float = 10.0) -> None:
-        """Returns once every record already answered is in the store's index (at most one
-        index transaction away: see ``_commit``), or after ``timeout`` seconds."""
-        with self._indexed:
-            self._indexed.wait_for(lambda: self._unindexed == 0, timeout)
 
     def close(self) -> None:
         """Writes what is queued, then stops the writer thread (a later submit restarts it)."""
@@ -332,45 +319,29 @@ class AuditLog:
             writable.append(pending)
         if not writable:
             return
-        answered = False
-
-        def answer(sealed: list[dict[str, Any]]) -> None:
-            nonlocal answered
-            answered = True
-            durable = time.monotonic()
-            for pending, record in zip(writable, sealed, strict=True):
-                pending.settle(record)
-                if self.on_commit is not None:
-                    try:
-                        self.on_commit(record, durable - pending.submitted)
-                    except Exception:  # an observer's bug must not leave callers waiting
-                        log.exception("audit.observer_failed")
-
         try:
-            self._commit([p.record for p in writable], answer)
+            sealed = self._commit([p.record for p in writable])
         except SandgateError as exc:
-            if not answered:
-                for pending in writable:
-                    pending.settle(None, exc)
+            for pending in writable:
+                pending.settle(None, exc)
+            return
         except Exception as exc:  # a writer bug must not leave callers waiting forever
             log.exception("audit.writer_failed")
-            if not answered:
-                error = AuditUnavailable(f"the audit writer failed ({type(exc).__name__})")
-                for pending in writable:
-                    pending.settle(None, error)
+            error = AuditUnavailable(f"the audit writer failed ({type(exc).__name__})")
+            for pending in writable:
+                pending.settle(None, error)
+            return
+        durable = time.monotonic()
+        for pending, record in zip(writable, sealed, strict=True):
+            pending.settle(record)
+            if self.on_commit is not None:
+                try:
+                    self.on_commit(record, durable - pending.submitted)
+                except Exception:  # an observer's bug must not leave callers waiting
+                    log.exception("audit.observer_failed")
 
-    def _commit(
-        self,
-        records: list[dict[str, Any]],
-        answer: Callable[[list[dict[str, Any]]], None] = lambda sealed: None,
-    ) -> list[dict[str, Any]]:
-        """One batch: head check, seal, one write, one fsync, ``answer`` (the callers hear
-        back: their records are durable), one index transaction; all under the file's lock.
-
-        The index comes after the answer so the caller does not wait for it (the file is the
-        record of truth; the index is the anchor and the query copy). Still under the lock,
-        the next batch, and any other process's, finds the file and its anchor agreeing; and
-        readers of the index wait for it (``Store.audit_read_barrier``)."""
+    def _commit(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One batch: head check, seal, one write, one fsync, one index transaction."""
         self._refuse_if_tampered()
         with self._locked() as fd:
             head = self._verified_head(fd)
@@ -394,15 +365,7 @@ class AuditLog:
             self._last = Head(head.inode, head.size + len(data), seq, prev)
             self.records_written += len(sealed)
             self.batches += 1
-            with self._indexed:
-                self._unindexed += 1
-            try:
-                answer(sealed)
-                self._index(sealed)
-            finally:
-                with self._indexed:
-                    self._unindexed -= 1
-                    self._indexed.notify_all()
+            self._index(sealed)
             if self._checkpoint is not None and self._checkpoint.due(seq):
                 try:
                     self._checkpoint.write(seq, prev)

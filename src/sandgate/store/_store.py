@@ -7,7 +7,7 @@ as is. Migrations (Alembic) run on open, so a new version upgrades the schema in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,11 +43,6 @@ class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
-        #: Called before the audit index is queried (``audit_entries``, ``search_audit``,
-        #: ``last_audit_entry``): the audit writer answers a call once its record is durable
-        #: in the log and indexes it right after, so a reader first waits for that index
-        #: (``AuditLog.wait_indexed``).
-        self.audit_read_barrier: Callable[[], None] | None = None
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -276,8 +271,6 @@ class Store:
         limit: int = 1000,
     ) -> Sequence[AuditEntry]:
         """Oldest first, from ``after_seq`` (exclusive)."""
-        if self.audit_read_barrier is not None:
-            self.audit_read_barrier()
         with self.session() as s:
             query = select(AuditEntry).where(AuditEntry.seq > after_seq)
             if tool is not None:
@@ -307,8 +300,6 @@ class Store:
         """A team's audit index rows, newest first (the console's search): exact matches on
         the given fields, ``event_prefix`` on the event name (``egress.``), ``since``
         inclusive, ``until`` exclusive, and ``before_seq`` (exclusive) to page back."""
-        if self.audit_read_barrier is not None:
-            self.audit_read_barrier()
         with self.session() as s:
             query = select(AuditEntry).where(AuditEntry.team_id == team_id)
             for column, value in (
@@ -330,8 +321,6 @@ class Store:
             return s.scalars(query.order_by(AuditEntry.seq.desc()).limit(limit)).all()
 
     def last_audit_entry(self) -> AuditEntry | None:
-        if self.audit_read_barrier is not None:
-            self.audit_read_barrier()
         with self.session() as s:
             return s.scalar(select(AuditEntry).order_by(AuditEntry.seq.desc()).limit(1))
 

@@ -36,8 +36,6 @@ PARAMETERS: dict[str, Any] = {
 }
 IDEMPOTENT = False
 _LIST_LIMIT = 10_000
-#: Values up to this many characters are decoded on the event loop (``KvExecutor.run``).
-_INLINE_DECODE = 64 * 1024
 
 
 class KvExecutor:
@@ -47,26 +45,7 @@ class KvExecutor:
         self._db: sqlite3.Connection | None = None
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> Any:
-        if arguments["op"] == "get" and self._db is not None and self._lock.acquire(False):
-            # A point read by primary key on an open WAL database (readers never wait for a
-            # writer) takes microseconds, less than the hop to a thread and back; a large
-            # value is decoded off the event loop.
-            try:
-                text = self._get(self._db, arguments)
-            finally:
-                self._lock.release()
-            if text is None or len(text) <= _INLINE_DECODE:
-                return None if text is None else json.loads(text)
-            return await asyncio.to_thread(json.loads, text)
         return await asyncio.to_thread(self._run, arguments)
-
-    @staticmethod
-    def _get(db: sqlite3.Connection, arguments: dict[str, Any]) -> str | None:
-        key = arguments.get("key")
-        if key is None:
-            raise InvalidArguments("kv: argument 'key' is required for get")
-        row = db.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
 
     def _run(self, arguments: dict[str, Any]) -> Any:
         op = arguments["op"]
@@ -76,8 +55,8 @@ class KvExecutor:
         with self._lock:
             db = self._connect()
             if op == "get":
-                text = self._get(db, arguments)
-                return None if text is None else json.loads(text)
+                row = db.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+                return None if row is None else json.loads(row[0])
             if op == "set":
                 if "value" not in arguments:
                     raise InvalidArguments("kv: argument 'value' is required for set")
