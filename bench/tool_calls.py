@@ -1,20 +1,21 @@
 """Tool-call round trip from inside a sandbox: policy + audit (fsynced) included.
 
 A script in the sandbox calls ``kv get`` through the generated Python client (one persistent
-connection to ``/run/sandgate/gateway.sock``) and times each call; a second pass runs 4
-concurrent client threads to measure throughput (the audit writer's group commit shares one
-fsync among the records queued meanwhile). Baseline: the same client against a bare
-JSON-lines echo on a Unix socket in the same sandbox (no gateway), so the ratio is the cost
-of validate → policy → execute → audit. The figure of the previous audit writer (each caller
-wrote and fsynced in its own thread), measured by this script on 2026-11-30, is shown next to
-it.
+connection to ``/run/sandgate/gateway.sock``) and times each call; two more passes run 4 and
+16 concurrent client threads to measure throughput (the audit writer's group commit shares one
+fsync among the records queued meanwhile). Baselines in the same run: the same client against
+a bare JSON-lines echo on a Unix socket in the same sandbox (no gateway), so the ratio is the
+cost of validate → policy → execute → audit, and the disk's own append + fsync. The previous
+code's figures come from a run of this script just before (``--no-write-docs`` with the
+previous commit's ``src`` on ``PYTHONPATH``, then ``--previous``: see the section it writes).
 
 Tool kinds: the same client calls an ``exec`` tool (a process per call) and a tool of an MCP
 server over its long-lived stdio session (issue 14: MCP p50 within 2 ms of the exec tool).
 
 Usage: ``uv run python bench/tool_calls.py [--calls 2000] [--kind-calls 300]
-[--fsync/--no-fsync]``. Starts its own server (fresh home), writes
-``bench/results/tool_calls.json`` and the "Tool calls" section of docs/benchmarks.md.
+[--fsync/--no-fsync] [--no-write-docs] [--previous FILE]``. Starts its own server (fresh
+home), writes ``bench/results/tool_calls.json`` and the "Tool calls" section of
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -49,6 +51,16 @@ audit: {{fsync: {fsync}}}
 """
 
 MCP_SERVER = ROOT / "tests" / "integration" / "tools" / "mcp_server.py"
+#: Modes in the order they run, with the client threads of the throughput passes (4: the
+#: figure of record; 16: what group commit does with more concurrent callers).
+RUNS = (
+    ("baseline", 1),
+    ("latency", 1),
+    ("throughput", 4),
+    ("throughput", 16),
+    ("exec", 1),
+    ("mcp", 1),
+)
 #: The previous writer (each caller wrote and fsynced, sharing fsyncs), this script, 2026-11-30.
 BEFORE = {"measured_at": "2026-11-30T00:26:33+00:00", "p50": 1.20, "calls_per_s": 872.0}
 
@@ -79,7 +91,7 @@ if mode in CALLS:
         samples.append(time.perf_counter() - t)
     print(json.dumps({"p50": pct(samples, 50), "p95": pct(samples, 95), "p99": pct(samples, 99)}))
 elif mode == "throughput":
-    workers = 4
+    workers = int(sys.argv[3])
     def work():
         for _ in range(n // workers):
             tools.kv.get(key="user:1")
@@ -113,6 +125,16 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--kind-calls", type=int, default=300)
     parser.add_argument("--fsync", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--write-docs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write docs/benchmarks.md (--no-write-docs: the previous code's run, whose "
+        "results go to bench/results/tool_calls.previous.json)",
+    )
+    parser.add_argument(
+        "--previous", type=Path, help="a --no-write-docs run's results, shown beside this run"
+    )
     args = parser.parse_args()
     factory = ServerFactory(Path(tempfile.mkdtemp(prefix="sgb-")))
     try:
@@ -125,67 +147,115 @@ def main() -> None:
         sid, token = box["sandboxID"], box["envdAccessToken"]
         script = INSIDE.replace("'", "'\\''")
         results = {}
-        for mode in ("baseline", "latency", "throughput", "exec", "mcp"):
+        fsyncs = _raw_fsync(server.home, 150)  # the disk before and after: it moves with load
+        for mode, workers in RUNS:
             calls = args.kind_calls if mode in ("exec", "mcp") else args.calls
-            out = run(server.url, sid, token, f"python3 -c '{script}' {calls} {mode}")
+            command = f"python3 -c '{script}' {calls} {mode} {workers}"
+            out = run(server.url, sid, token, command)
             if out.exit_code != 0:
                 raise SystemExit(f"{mode} failed: {out.stderr}")
-            results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
-        results["raw_fsync"] = _raw_fsync(server.home, 300)
+            key = mode if mode != "throughput" or workers == 4 else f"throughput_{workers}"
+            results[key] = json.loads(out.stdout.strip().splitlines()[-1])
+        results["raw_fsync"] = summary_ms(fsyncs + _raw_fsync(server.home, 150))
     finally:
         factory.close()
     results["calls"] = args.calls
     results["kind_calls"] = args.kind_calls
     results["fsync"] = args.fsync
-    results["before"] = BEFORE
     results["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    results["load"] = os.getloadavg()[0]
     (ROOT / "bench" / "results").mkdir(exist_ok=True)
-    (ROOT / "bench" / "results" / "tool_calls.json").write_text(json.dumps(results, indent=2))
+    name = "tool_calls.json" if args.write_docs else "tool_calls.previous.json"
+    (ROOT / "bench" / "results" / name).write_text(json.dumps(results, indent=2))
+    if args.write_docs:
+        previous = json.loads(args.previous.read_text()) if args.previous else None
+        _write_docs(results, previous)
+    print(json.dumps(results, indent=2))
+
+
+def _write_docs(results: dict[str, Any], previous: dict[str, Any] | None) -> None:
     lat, base = results["latency"], results["baseline"]
     ex, mc, raw = results["exec"], results["mcp"], results["raw_fsync"]
-    load = os.getloadavg()[0]
-    now_row = (
-        f"| async audit writer, group commit (this run) "
-        f"| **{results['throughput']['calls_per_s']:.0f}** | {lat['p50']:.2f} |"
-    )
+    rows = [_row("this code", results)]
+    if previous is not None:
+        rows.append(_row("the code before (same session, run just before this one)", previous))
     before_row = (
-        "| previous writer: each caller wrote and fsynced in its own thread "
-        "(5 sites on the event loop) "
-        f"({BEFORE['measured_at'][:10]}, same script) "
-        f"| {BEFORE['calls_per_s']:.0f} | {BEFORE['p50']:.2f} |"
+        "| the writer before issue 14: each caller wrote and fsynced in its own thread "
+        f"({BEFORE['measured_at'][:10]}, same script, 4 clients) "
+        f"| {BEFORE['calls_per_s']:.0f} | | {BEFORE['p50']:.2f} | |"
     )
     ex_row = f"| `exec` (`/bin/echo`, a process per call) | {_cells(ex)} |"
     mc_row = f"| `mcp` (stdio server, one long-lived session) | {_cells(mc)} |"
+    loads = f"{results['load']:.1f}" + (
+        f" (and {previous['load']:.1f} after the run of the code before)" if previous else ""
+    )
     write_section(
         "Tool calls",
         f"""
-Measured {results["measured_at"]} on {machine()} (1-minute load average {load:.1f} at the end),
+Measured {results["measured_at"]} on {machine()} (1-minute load average {loads} at the end),
 Docker engine local. From inside a `base` sandbox, the generated Python client calls `kv get`
 over `/run/sandgate/gateway.sock` (one persistent connection): canonical name → scope →
 validate → policy → execute (SQLite) → redact → audit (JSONL, hash-chained, head checked
-against the store's anchor, fsync={"on" if args.fsync else "off"}, plus the store index, by
-the one writer thread with group commit). Baseline: the same client framing against a bare
-echo on a Unix socket in the same sandbox. Reproduce:
-`uv run python bench/tool_calls.py --calls {args.calls}`.
+against the store's anchor, fsync={"on" if results["fsync"] else "off"}, by the one writer
+thread with group commit; the call is answered once its record is fsynced and indexed).
+Baselines in the same run: the same client framing against a bare echo on a Unix socket in
+the same sandbox, and the disk's own append + fsync (before and after the sandbox passes).
+Reproduce, the previous code's run just before this code's (the previous commit's
+`src` and `images` unpacked in `/tmp/prev` with `git archive COMMIT src images | tar -x -C
+/tmp/prev`): `PYTHONPATH=/tmp/prev/src uv run python bench/tool_calls.py --no-write-docs`,
+then `uv run python bench/tool_calls.py --previous bench/results/tool_calls.previous.json`.
 
-| tool call round trip (ms, n={args.calls}) | p50 | p95 | p99 |
+| tool call round trip (ms, n={results["calls"]}) | p50 | p95 | p99 |
 |---|---|---|---|
 | Sandgate gateway (`kv get`, audited) | {lat["p50"]:.2f} | {lat["p95"]:.2f} | {lat["p99"]:.2f} |
 | echo socket baseline | {base["p50"]:.3f} | {base["p95"]:.3f} | {base["p99"]:.3f} |
 | the disk alone: append a line + fsync (host, same file system) | {_cells(raw)} |
 
-| throughput, 4 client threads in the sandbox | calls/s | `kv get` p50 (ms) |
-|---|---|---|
-{now_row}
+| `kv get`, audited | calls/s (4 clients) | calls/s (16) | p50 ms (1 client) | fsync p50 ms |
+|---|---|---|---|---|
+{chr(10).join(rows)}
 {before_row}
 
-Target (design.md §6): p50 ≤ 2 ms and ≥ 1000 calls/s on 2 cores. Numbers on this shared VM
-move with its load and with its disk: a call returns once its record is fsynced, so the disk's
-own fsync time (third row above, measured in this run) is the floor of the p50; the previous
-figure was measured on a quieter day. Group commit shares one fsync among the records queued
-while the previous one ran, so throughput is not bounded by one fsync per call.
+Target (issue 17): ≥ 2000 calls/s with p50 ≤ 1 ms: **{_verdict(results)}**. On 2026-12-02 two
+interleaved pairs (load average 4-7) put this code at +9 % and +7 % over the previous code with
+4 clients, +21 % and -5 % with 16, p50 within ±0.1 ms: inside this VM's run-to-run spread.
+Numbers on this shared VM move with its
+load and with its disk: a call returns once its record is fsynced, so the disk's own fsync
+time (measured in the same run) is the floor of the p50. Group commit shares one fsync among
+the records queued while the previous one ran, so throughput grows with concurrent callers
+(16 clients against 4) rather than being bounded by one fsync per call.
 
-| tool kind, same client (ms, n={args.kind_calls}) | p50 | p95 | p99 |
+Where a call's time went (profiled 2026-12-02 with cProfile on an in-process harness: the
+gateway's `call` from 1 and 4 concurrent tasks, the same `kv get`, the writer thread timed
+stage by stage), and what changed (issue 17):
+- the store index of each batch (250-450 µs through SQLAlchemy) is inside the caller's
+  wait: its insert now skips the ORM (about 40 % less). Answering the callers before the
+  index (the file is the record of truth) was tried and not kept for now: it needs every
+  reader of the index to wait for it, and the interleaved runs could not show a gain;
+- argument validation built a JSON-Schema validator (and its resolver) per call and ranked
+  errors even for valid arguments: the validator is built once per schema, errors are ranked
+  only when there are some (about 65 µs → 20 µs);
+- the secrets were read and a redactor built three times per call: once now;
+- `asyncio.wait_for` wrapped each execution in a task of its own: `asyncio.timeout` runs it
+  in the call's task. (Running `kv get` in place instead of in a worker thread was tried and
+  dropped: with 16 clients it lost throughput, the loop giving up the GIL to the writer in
+  the middle of a call);
+- the log directory was `mkdir`ed before every call's writability check and every batch.
+
+What stands in the way of the target on this machine: (1) the disk: a call is answered after
+its fsync, and this VM's fsync moves from 0.15 ms quiet to several ms when the other
+engineers' tests run (the fsync column, same run); with 4 clients, throughput is at most
+4 / round trip, so 2000 calls/s needs a round trip of 2 ms including that fsync. (2) One
+interpreter: the event loop and the writer thread share the GIL, and each call crosses
+between them twice (the record to the writer, the answer back); the 4 client threads in the
+sandbox and the gateway share the same 2 cores with everything else running. (3) What is
+left per call in Python (socket line → strict JSON → scope → validation → policy → kv →
+redaction → record → seal → write → index) measured 0.8 ms of CPU per call (process time,
+in-process harness, 1 caller, fsync off, load average about 9): no single stage dominates any
+more, each is tens of µs, and the index transaction is the largest; 2000 calls/s on one
+interpreter needs under 0.5 ms.
+
+| tool kind, same client (ms, n={results["kind_calls"]}) | p50 | p95 | p99 |
 |---|---|---|---|
 {ex_row}
 {mc_row}
@@ -194,11 +264,25 @@ MCP p50 minus exec p50: **{mc["p50"] - ex["p50"]:+.2f} ms** (issue 14: within 2 
 each MCP call started its server (about 3.5 s on this machine).
 """,
     )
-    print(json.dumps(results, indent=2))
 
 
-def _raw_fsync(home: Path, count: int) -> dict[str, float]:
-    """The disk's own cost, same file system and moment: append one line and fsync it."""
+def _verdict(results: dict[str, Any]) -> str:
+    rate, p50 = results["throughput"]["calls_per_s"], results["latency"]["p50"]
+    met = rate >= 2000 and p50 <= 1.0
+    return f"{'met' if met else 'not met'} in this run ({rate:.0f} calls/s, p50 {p50:.2f} ms)"
+
+
+def _row(label: str, results: dict[str, Any]) -> str:
+    many = results.get("throughput_16", {}).get("calls_per_s")
+    return (
+        f"| {label} | **{results['throughput']['calls_per_s']:.0f}** "
+        f"| {'' if many is None else f'{many:.0f}'} | {results['latency']['p50']:.2f} "
+        f"| {results['raw_fsync']['p50']:.2f} |"
+    )
+
+
+def _raw_fsync(home: Path, count: int) -> list[float]:
+    """The disk's own cost, same file system and run: append one line and fsync it."""
     path = home / "raw-fsync.bench"
     samples = []
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -211,7 +295,7 @@ def _raw_fsync(home: Path, count: int) -> dict[str, float]:
     finally:
         os.close(fd)
         path.unlink()
-    return summary_ms(samples)
+    return samples
 
 
 def _cells(row: dict[str, float]) -> str:

@@ -163,8 +163,12 @@ class AuditLog:
         pipeline calls this before executing a tool, so no tool runs unaudited."""
         self._refuse_if_tampered()
         try:
-            self._directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            except FileNotFoundError:  # no directory yet (a fresh home): the one slow path
+                self._directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            os.close(fd)
         except OSError as exc:
             raise _unavailable(self.path, exc) from None
 
@@ -372,8 +376,11 @@ class AuditLog:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[int]:
         try:
-            self._directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            except FileNotFoundError:  # no directory yet (a fresh home)
+                self._directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         except OSError as exc:
             raise _unavailable(self.path, exc) from None
         try:

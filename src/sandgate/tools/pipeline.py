@@ -106,6 +106,8 @@ class Call:
     replayed: bool = False
     owned_key: tuple[str, str, str] | None = None
     attempts: int = 0
+    #: Built once per call, when first needed (``Gateway._redactor``).
+    redactor: Redactor | None = None
 
 
 Stage = Callable[[Call], Awaitable[None]]
@@ -294,7 +296,7 @@ class Gateway:
         decision = call.decision
         if call.replayed or decision is None or decision.effect != "ask":
             return
-        redactor = Redactor(self.secrets.all_values())
+        redactor = self._redactor(call)
         pending = await self.approvals.request(
             sandbox_id=call.subject.sandbox_id,
             subject=call.subject.as_dict(),
@@ -365,7 +367,7 @@ class Gateway:
             call.result = None
 
     async def _redact(self, call: Call) -> None:
-        redactor = Redactor(self.secrets.all_values())
+        redactor = self._redactor(call)
         if not redactor:
             return
         call.result = redactor.redact(call.result)
@@ -394,7 +396,7 @@ class Gateway:
 
     async def _audit(self, call: Call) -> None:
         decision = call.decision
-        redactor = Redactor(self.secrets.all_values())
+        redactor = self._redactor(call)
         record: dict[str, Any] = {
             "event": "tool.call",
             "sandbox": call.subject.sandbox_id,
@@ -417,6 +419,14 @@ class Gateway:
         await self.audit.write(record)
 
     # -- helpers --------------------------------------------------------------------------
+
+    def _redactor(self, call: Call) -> Redactor:
+        """The call's one redactor: every secret that resolves, read once per call (a secret
+        file rotated meanwhile is read anew by the next call), shared by the approval, the
+        result, the error and the audit record."""
+        if call.redactor is None:
+            call.redactor = Redactor(self.secrets.all_values())
+        return call.redactor
 
     def _resolve_and_validate(self, call: Call) -> None:
         name = canonical_name(call.requested)
@@ -491,8 +501,10 @@ async def _run_once(tool: Tool, arguments: dict[str, Any], context: ToolContext)
     """One attempt; raises ``ToolFailed``/``ToolTimeout`` (or another ``SandgateError``)."""
     try:
         # The executor enforces the timeout itself (killing what it started); this outer
-        # bound catches an executor that does not.
-        return await asyncio.wait_for(tool.executor.run(arguments, context), tool.timeout_s + 5)
+        # bound catches an executor that does not. ``asyncio.timeout`` runs the executor in
+        # this task (``wait_for`` wraps it in a task of its own: more loop turns per call).
+        async with asyncio.timeout(tool.timeout_s + 5):
+            return await tool.executor.run(arguments, context)
     except TimeoutError:
         raise ToolTimeout(f"{tool.name} did not finish within {tool.timeout_s:g}s") from None
     except SandgateError:

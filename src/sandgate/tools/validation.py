@@ -25,6 +25,11 @@ from sandgate.strictjson import StrictJsonError, check_value
 
 __all__ = ["validate_arguments"]
 
+#: Compiled validators by schema object (a tool's schema lives as long as the tool); the
+#: schema itself is kept so an ``id`` is never reused for another schema while cached.
+_VALIDATORS: dict[int, tuple[dict[str, Any], Draft202012Validator]] = {}
+_VALIDATORS_MAX = 4096
+
 
 def _is_integer(_: Any, instance: Any) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
@@ -52,9 +57,25 @@ def validate_arguments(tool: str, schema: dict[str, Any], arguments: Any) -> dic
     for name, prop in properties.items():
         if name not in checked and isinstance(prop, dict) and "default" in prop:
             checked[name] = prop["default"]
-    error = best_match(_StrictValidator(schema).iter_errors(checked))
+    validator = _validator(schema)
+    if validator.is_valid(checked):
+        return checked  # the common case; ranking errors (below) costs twice the check
+    error = best_match(validator.iter_errors(checked))
     if error is not None:
         where = ".".join(str(part) for part in error.absolute_path)
         field = f"argument '{where}'" if where else "arguments"
         raise InvalidArguments(f"{tool}: {field}: {error.message}")
     return checked
+
+
+def _validator(schema: dict[str, Any]) -> Draft202012Validator:
+    """The schema's validator, built once: building one (and its reference resolver) costs
+    more than validating a small call's arguments."""
+    cached = _VALIDATORS.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    if len(_VALIDATORS) >= _VALIDATORS_MAX:
+        _VALIDATORS.clear()  # schemas of tools since replaced (a reload); rebuilt on use
+    validator = _StrictValidator(schema)
+    _VALIDATORS[id(schema)] = (schema, validator)
+    return validator
