@@ -119,7 +119,9 @@ agents:
   - id: timed
     model: timed-model
     mode: classic
-    budgets: {{max_wall_clock_s: 6}}
+    # Room for the run's set-up (its sandbox, the first model turn) on a loaded machine:
+    # the test needs the model to be asked before the clock runs out.
+    budgets: {{max_wall_clock_s: 12}}
   - id: runner
     model: runner-model
   - id: fallback
