@@ -20,9 +20,11 @@ this script deletes whatever sandboxes its servers still list and stops the serv
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,12 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 from tests.fixtures.runtimes import runtime_env
-from tests.fixtures.server import SANDBOX_DOMAIN, RunningServer, ServerFactory
+from tests.fixtures.server import SANDBOX_DOMAIN, TEST_ROOTFS_DIR, RunningServer, ServerFactory
 
 from bench._report import ROOT, machine, summary_ms, write_section
-from bench.bwrap import raw_bwrap_argv
+from bench.bwrap import IMAGE, raw_bwrap_argv
 
-IMAGE = "sandgate/template-base:latest"
 PEERS = ROOT / "bench" / "peers"
 DRIVER = ROOT / "bench" / "workers" / "peers_driver.py"
 SECTION = "Side by side with the peers (issue 17)"
@@ -86,6 +87,31 @@ def sweep(server: RunningServer) -> int:
     return len(left)
 
 
+def reap_bwrap(home: Path) -> int:
+    """Kills, through the runtime itself, any bwrap sandbox of the stopped server at ``home``:
+    a create in flight when the driver was stopped can finish after the sweep's listing, and
+    sandboxes outlive their server by design (the test fixture reaps only Docker's)."""
+    from sandgate.runtimes.bwrap import BwrapRuntime
+
+    instance = home / "instance-id"
+    if not instance.exists():
+        return 0
+    runtime = BwrapRuntime(instance.read_text().strip(), home=home, rootfs_dir=TEST_ROOTFS_DIR)
+
+    async def reap() -> int:
+        found = await runtime.list()
+        for sandbox in found:
+            await runtime.kill(sandbox.sandbox_id)
+        return len(found)
+
+    return asyncio.run(reap())
+
+
+def on_sigterm(signum: int, frame: object) -> None:
+    """``kill`` tears down like Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
 def run_driver(args: argparse.Namespace, python: Path, base_dir: Path) -> dict[str, Any]:
     factory = ServerFactory(base_dir)
     servers: dict[str, RunningServer] = {}
@@ -128,6 +154,8 @@ def run_driver(args: argparse.Namespace, python: Path, base_dir: Path) -> dict[s
             # The driver got the same SIGINT and is tearing down what it started: let it
             # finish (subprocess.run would SIGKILL it a quarter of a second later).
             print("interrupted: waiting for the driver's teardown", file=sys.stderr)
+            if driver.poll() is None:  # it ignores a second signal once tearing down
+                driver.send_signal(signal.SIGTERM)
             driver.wait(timeout=600)
             raise
         if code != 0:
@@ -144,6 +172,10 @@ def run_driver(args: argparse.Namespace, python: Path, base_dir: Path) -> dict[s
             if left:
                 print(f"deleted {left} {kind} sandboxes the driver left", file=sys.stderr)
         factory.close()
+        if "bwrap" in servers:
+            raced = reap_bwrap(servers["bwrap"].home)
+            if raced:
+                print(f"killed {raced} bwrap sandboxes created while stopping", file=sys.stderr)
         leftover = subprocess.run(
             ["docker", "ps", "-aq", "--filter", f"name={CONTAINER_PREFIX}"],
             capture_output=True, text=True, check=False,
@@ -169,13 +201,17 @@ def table_latency(samples: dict[str, list[float]], base_of: dict[str, str], unit
     return "\n".join(lines)
 
 
-def table_burst(samples: dict[str, list[float]]) -> str:
+def table_burst(samples: dict[str, list[float]], failures: dict[str, list[str]]) -> str:
     median = {name: statistics.median(values) for name, values in samples.items()}
-    lines = ["| subject | median wall time (s) | runs (s) | ratio to |", "|---|---|---|---|"]
+    lines = ["| subject | median wall time (s) | runs (s) | failed creates | ratio to |",
+             "|---|---|---|---|---|"]  # fmt: skip
     for name, value in median.items():
         base = BASELINE[name]
         runs = ", ".join(f"{v:.2f}" for v in samples[name])
-        lines.append(f"| {name} | {value:.2f} | {runs} | {ratio(value, median[base])} {base} |")
+        lines.append(
+            f"| {name} | {value:.2f} | {runs} | {len(failures.get(name, []))} | "
+            f"{ratio(value, median[base])} {base} |"
+        )
     return "\n".join(lines)
 
 
@@ -278,7 +314,10 @@ Sandgate: `Sandbox.create` + `commands.run("true")`; raw: one `… true` process
 
 ### Burst: {args.burst_size} concurrent creates → all first commands done (bursts: {args.bursts})
 
-{table_burst(res["burst"])}
+A failed create still ends its burst (its time is counted); the errors are in
+`bench/results/peers.json`.
+
+{table_burst(res["burst"], res["burst_failures"])}
 
 ### Command round trip on a live sandbox (n={args.roundtrips} per subject)
 
@@ -297,10 +336,12 @@ and page cache charged to it); PSS of the processes named otherwise.
 
 ### Density on Sandgate bwrap (held idle, up to {args.density_max})
 
-Create is `Sandbox.create` alone; MemAvailable drop is host-wide since the ramp began, per
-held sandbox (other work on the host moves it, even below zero: read it next to the sandboxes'
-own memory cgroups, mean over all held); `commands.run("true")` runs once on each of up to 30
-held sandboxes drawn at random at each step. All are killed at the end.
+Each step fills 4 creates at a time up to 10 short of its count, then makes the last 10 one
+at a time: those are the create figures (`Sandbox.create` alone). MemAvailable drop is
+host-wide since the ramp began, per held sandbox (other work on the host moves it, even below
+zero: read it next to the sandboxes' own memory cgroups, mean over all held);
+`commands.run("true")` runs once on each of up to 30 held sandboxes drawn at random at each
+step. All are killed at the end.
 
 {table_density(res["density"])}
 
@@ -327,6 +368,7 @@ def main() -> None:
     if args.density_max < 10:
         parser.error("--density-max must be at least 10 (each step reports its last 10 creates)")
 
+    signal.signal(signal.SIGTERM, on_sigterm)
     python = peers_python()
     load_start = loadavg()
     with tempfile.TemporaryDirectory(prefix="sgp", dir="/tmp") as base_dir:
