@@ -30,6 +30,7 @@ from tests.fixtures.runtimes import RuntimeView, runtime_env
 from tests.fixtures.server import TEST_ROOTFS_DIR, ServerFactory
 from tests.framework.envd import create, run
 
+from bench._procmem import cgroup_memory, pss
 from bench._report import ROOT, machine, summary_ms, write_section
 
 IMAGE = "sandgate/template-base:latest"
@@ -46,29 +47,6 @@ def raw_bwrap_argv(*command: str) -> list[str]:
     rootfs = next(p for p in TEST_ROOTFS_DIR.iterdir() if p.is_dir() and len(p.name) == 64)
     return ["bwrap", "--unshare-all", "--ro-bind", str(rootfs), "/", "--proc", "/proc",
             "--dev", "/dev", "--", *command]  # fmt: skip
-
-
-def cgroup_memory(pid: int) -> tuple[int, list[int]]:
-    """(memory cgroup usage in bytes, pids in that cgroup) of ``pid``."""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            base = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
-            usage = int((base / "memory.usage_in_bytes").read_text())
-            return usage, [int(p) for p in (base / "cgroup.procs").read_text().split()]
-        if controllers == "":
-            base = Path("/sys/fs/cgroup") / path.lstrip("/")
-            if (base / "memory.current").exists():
-                usage = int((base / "memory.current").read_text())
-                return usage, [int(p) for p in (base / "cgroup.procs").read_text().split()]
-    raise RuntimeError(f"no memory cgroup for {pid}")
-
-
-def pss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def measure(kind: str, creates: int, idle: int) -> dict[str, object]:
