@@ -10,7 +10,6 @@ measure overlap and count executions in the audit log (the record of what ran).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
@@ -24,7 +23,7 @@ import psycopg
 import pytest
 
 from tests.fixtures.runtimes import runtime_env
-from tests.fixtures.server import RunningServer, ServerFactory
+from tests.fixtures.server import RunningServer, ServerFactory, reap_bwrap_sandboxes
 from tests.framework.model_server import ScriptedModelServer
 
 STORES = ("sqlite", "postgres")
@@ -404,12 +403,8 @@ def workflows_servers(
     yield get
     for (_, runtime), server in started.items():
         server.stop()
-        if runtime == "bwrap":  # sandboxes outlive their server by design: none may leak
-            from sandgate.runtimes.bwrap import BwrapRuntime
-
-            cleanup = BwrapRuntime("tests", home=server.home)
-            for found in asyncio.run(cleanup.list()):
-                asyncio.run(cleanup.kill(found.sandbox_id))
+        if runtime == "bwrap":
+            reap_bwrap_sandboxes(server.home)
     for drop in drops:
         drop()
 
