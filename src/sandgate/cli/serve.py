@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import resource
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -68,6 +70,7 @@ def serve(
             f"Egress: every sandbox may reach the package registries "
             f"({', '.join(PACKAGE_REGISTRIES)}: {', '.join(hosts)})."
         )
+    raise_open_file_limit()
     application = create_app(cfg)
     kind = application.runtime.name
     refusal = application.floors.refusal(kind)
@@ -140,3 +143,14 @@ def print_trust(server_tls: ServerTLS, domain: str, reached_as: str) -> None:
         f"  cp {server_tls.ca_file} /usr/local/share/ca-certificates/sandgate.crt && "
         "update-ca-certificates"
     )
+
+
+def raise_open_file_limit() -> None:
+    """Raises the soft limit on open files to the hard one, as servers do. The gateway holds
+    a few descriptors per sandbox (its guest connections, its user namespace), and the soft
+    limit many systems start services with (1024) would end creates near 300 sandboxes."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))

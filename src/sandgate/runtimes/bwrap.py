@@ -482,10 +482,13 @@ def _read_child_pid(info_r: int, log: Path) -> int:
     """bubblewrap's ``--info-fd`` JSON; its end of the pipe closes once written (or on exit)."""
     data = b""
     deadline = time.monotonic() + _INFO_TIMEOUT_S
+    # poll, not select: a gateway holding a few hundred sandboxes has fds above 1024, which
+    # select() refuses (it failed every create past ~330 sandboxes).
+    waiter = select.poll()
+    waiter.register(info_r, select.POLLIN)
     while b"}" not in data:
         left = deadline - time.monotonic()
-        ready, _, _ = select.select([info_r], [], [], max(0.0, left))
-        if not ready:
+        if not waiter.poll(max(0, int(left * 1000))):
             raise RuntimeUnavailable("bubblewrap did not start within 10 s")
         chunk = os.read(info_r, 4096)
         if not chunk:
