@@ -314,7 +314,13 @@ class BwrapRuntime:
             for fd in (info_w, block_r, listen_fd):
                 os.close(fd)
                 fds.remove(fd)
-            child = _read_child_pid(info_r, stage.log)
+            try:
+                child = _read_child_pid(info_r, stage.log)
+            except BaseException:
+                # bubblewrap runs in a session of its own, not yet in the cgroup and unknown
+                # to the state record, and waits on block_r for ever: nothing else kills it.
+                _kill_launched(stage)
+                raise
             monitor = _parent_pid(child)
             state.update(
                 init_pid=child,
@@ -476,6 +482,20 @@ def _memfd(name: str, data: bytes) -> int:
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
+
+
+def _kill_launched(stage: Stage) -> None:
+    """SIGKILLs the processes launched for ``stage`` whose pids were never learnt: those
+    whose command line names its root (only bubblewrap's does)."""
+    marker = os.fsencode(str(stage.root)) + b"\0"
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
 
 
 def _read_child_pid(info_r: int, log: Path) -> int:
