@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.fixtures.pairing import deselect_unpaired
 from tests.fixtures.server import RunningServer
 
 from .clients import CLIENTS, PreparedClient, prepare
@@ -56,22 +57,7 @@ RUNTIME_OF_CLIENT = {
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Leaves out the other runtime of tests marked ``one_runtime_per_client``."""
-    kept, dropped = [], []
-    for item in items:
-        params = getattr(item, "callspec", None)
-        params = params.params if params is not None else {}
-        pair = params.get("client"), params.get("runtime")
-        if (
-            item.get_closest_marker("one_runtime_per_client") is not None
-            and pair[0] in RUNTIME_OF_CLIENT
-            and RUNTIME_OF_CLIENT[pair[0]] != pair[1]
-        ):
-            dropped.append(item)
-        else:
-            kept.append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    deselect_unpaired(config, items, "client", RUNTIME_OF_CLIENT, marker="one_runtime_per_client")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -22,6 +22,7 @@ import httpx
 import psycopg
 import pytest
 
+from tests.fixtures.pairing import deselect_unpaired
 from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import RunningServer, ServerFactory, reap_bwrap_sandboxes
 from tests.framework.model_server import ScriptedModelServer
@@ -345,18 +346,7 @@ class WorkflowsEnv:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Leaves out the workflow tests whose (store, runtime) pair is not ``RUNTIME_OF_STORE``'s."""
-    kept, dropped = [], []
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        params = callspec.params if callspec is not None else {}
-        store, runtime = params.get("store_kind"), params.get("runtime")
-        if store in RUNTIME_OF_STORE and runtime is not None and RUNTIME_OF_STORE[store] != runtime:
-            dropped.append(item)
-        else:
-            kept.append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    deselect_unpaired(config, items, "store_kind", RUNTIME_OF_STORE)
 
 
 @pytest.fixture(
