@@ -314,17 +314,22 @@ def burst(one: Callable[[], Callable[[], None]], size: int, failures: list[str])
     return elapsed
 
 
+def cold_subjects(s: Subjects) -> dict[str, Callable[[], Callable[[], None]]]:
+    """Each subject's cold create -> first command (the cold and the burst measures)."""
+    return {
+        "sandgate bwrap": s.sandgate_cold("bwrap"),
+        "sandgate docker": s.sandgate_cold("docker"),
+        "raw bwrap": s.raw_bwrap_cold,
+        "raw docker run": s.raw_docker_cold,
+        "sandlock": s.sandlock_cold,
+        "llm-sandbox": s.llm_cold,
+    }
+
+
 def measure_cold(s: Subjects, n: int) -> dict[str, list[float]]:
     log(f"cold create -> first command, n={n} per subject")
     return interleaved(
-        {
-            "sandgate bwrap": s.sandgate_cold("bwrap"),
-            "sandgate docker": s.sandgate_cold("docker"),
-            "raw bwrap": s.raw_bwrap_cold,
-            "raw docker run": s.raw_docker_cold,
-            "sandlock": s.sandlock_cold,
-            "llm-sandbox": s.llm_cold,
-        },
+        cold_subjects(s),
         n,
     )
 
@@ -334,14 +339,7 @@ def measure_burst(
 ) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
     """Burst wall times per subject, and the errors of the creates that failed in them."""
     log(f"bursts of {size} concurrent creates -> first commands, {bursts} per subject")
-    subjects = {
-        "sandgate bwrap": s.sandgate_cold("bwrap"),
-        "sandgate docker": s.sandgate_cold("docker"),
-        "raw bwrap": s.raw_bwrap_cold,
-        "raw docker run": s.raw_docker_cold,
-        "sandlock": s.sandlock_cold,
-        "llm-sandbox": s.llm_cold,
-    }
+    subjects = cold_subjects(s)
     failures: dict[str, list[str]] = {k: [] for k in subjects}
     runs: dict[str, Callable[[], Any]] = {
         k: partial(burst, one, size, failures[k]) for k, one in subjects.items()
