@@ -72,11 +72,11 @@ def bind_listener(path: str) -> int:
     except FileNotFoundError:
         pass
     listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        listener.bind(path)
-    finally:
-        os.umask(old)
+    # Linux gives the socket file the socket inode's mode (minus the umask) at bind, so it
+    # never exists with a wider one. Not ``os.umask``: the umask is the whole process's, and
+    # the gateway binds from worker threads while others create the files sandboxes read.
+    os.fchmod(listener.fileno(), 0o600)
+    listener.bind(path)
     os.chmod(path, 0o600)
     listener.listen(256)
     return int(listener.detach())

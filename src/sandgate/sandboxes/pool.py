@@ -31,6 +31,7 @@ import structlog
 from sandgate.config import Config, WarmPoolSize
 from sandgate.errors import SandgateError
 from sandgate.runtimes import Runtime
+from sandgate.sandboxes.publish import make_host_dir
 from sandgate.store import Template
 
 __all__ = ["Warm", "WarmPool", "new_sandbox_id"]
@@ -247,7 +248,7 @@ class WarmPool:
         template = pool.template
         sandbox_id = new_sandbox_id()
         try:
-            (self._root / sandbox_id).mkdir(parents=True, mode=0o755)
+            make_host_dir(self._root / sandbox_id)
             ref = await self._boot(sandbox_id, template)
         except SandgateError as exc:
             pool.failures += 1

@@ -9,11 +9,23 @@ renamed into place; a rename replaces a planted link itself, never its target (F
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sandgate._atomic import write_atomic
 
-__all__ = ["publish_file"]
+__all__ = ["make_host_dir", "publish_file"]
+
+
+def make_host_dir(path: Path, *, exist_ok: bool = False) -> None:
+    """Creates a sandbox's host directory, mode 0755 whatever the gateway's umask.
+
+    Why the explicit mode: inside, the sandbox's root is no host user, so it reads the
+    directory (its guest's code and configuration) through the "other" bits; a narrower
+    umask would leave a sandbox whose guest cannot start.
+    """
+    path.mkdir(parents=True, mode=0o755, exist_ok=exist_ok)
+    os.chmod(path, 0o755)  # noqa: S103 - see the docstring
 
 
 def publish_file(directory: Path, name: str, data: bytes, mode: int = 0o644) -> None:

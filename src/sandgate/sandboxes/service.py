@@ -48,7 +48,7 @@ from sandgate.runtimes import Runtime, SandboxSpec, VolumeMount, sandbox_seeds
 from sandgate.sandboxes.catalog import resolve
 from sandgate.sandboxes.hooks import LifecycleObserver, NetworkUpdater, SandboxHook, VolumeLender
 from sandgate.sandboxes.pool import WarmPool, new_sandbox_id
-from sandgate.sandboxes.publish import publish_file
+from sandgate.sandboxes.publish import make_host_dir, publish_file
 from sandgate.sandboxes.reaper import Reaper
 from sandgate.sandboxes.snapshots import SnapshotName, SnapshotService
 from sandgate.sandboxes.state import SandboxState, SnapshotKind, check_transition
@@ -351,7 +351,7 @@ class SandboxService:
                 _publish_envs(host_dir, envs)
                 ref = warm.ref
             else:
-                host_dir.mkdir(parents=True, mode=0o755)
+                make_host_dir(host_dir)
                 extra_envs = await self._attach(row, host_dir)
                 ref = await self._boot(
                     row.id,
@@ -602,7 +602,7 @@ class SandboxService:
             # Its volumes are mounted again (a volume deleted meanwhile: NotFound, still paused).
             wanted = [{"name": m["name"], "path": m["path"]} for m in row.volume_mounts or []]
             mounts = await self._claim_volumes(row.team_id, wanted)
-            host_dir.mkdir(parents=True, mode=0o755, exist_ok=True)
+            make_host_dir(host_dir, exist_ok=True)
             extra_envs = await self._attach(row, host_dir)
             ref = await self._boot(
                 row.id,
@@ -1121,7 +1121,7 @@ class SandboxService:
         # SECURITY: the directory is root's and read-only inside the sandbox (runtimes mount
         # it so); a copy, not a link, all the same: no sandbox may ever reach the guest code
         # other sandboxes run.
-        shutil.copyfile(self._guest_zipapp, host_dir / "guest.pyz")
+        publish_file(host_dir, "guest.pyz", self._guest_zipapp.read_bytes())
         guest_config = {
             "envs": dict(envs),
             # The template's last set_user/set_workdir (E2B persists them as the defaults).
@@ -1130,7 +1130,7 @@ class SandboxService:
             "egress_proxy_port": EGRESS_PROXY_PORT,
             "sudo": self._config.sandbox.sudo,
         }
-        (host_dir / "guest.json").write_text(json.dumps(guest_config))
+        publish_file(host_dir, "guest.json", json.dumps(guest_config).encode())
         _publish_envs(host_dir, envs)
 
     async def _detach(self, sandbox_id: str) -> None:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import ast
+import os
+import socket
+import stat
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sandgate.runtimes.oci_shim import patch_config, subcommand
+import sandgate
+from sandgate.runtimes.oci_shim import bind_listener, patch_config, subcommand
 
 SHIM_CALL = [
     "--root", "/var/run/docker/runtime-runc/moby",
@@ -88,3 +95,49 @@ def test_patch_config_keeps_a_volumes_locked_flags_and_no_other_mounts() -> None
     assert targets["/mnt/data"]["options"] == ["rbind", "rprivate", "nosuid", "nodev"]
     # Only the sandbox's own stage counts as a volume (a look-alike path elsewhere does not).
     assert targets["/elsewhere"]["options"] == ["rbind"]
+
+
+@pytest.fixture
+def no_umask() -> Iterator[None]:
+    old = os.umask(0)
+    yield
+    os.umask(old)
+
+
+@pytest.mark.usefixtures("no_umask")
+def test_bind_listener_makes_a_root_only_socket_without_touching_the_umask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The umask is the whole process's: the gateway binds from worker threads while others
+    # create the files a sandbox reads, and a umask narrowed for one bind left a sandbox whose
+    # guest could not read its own code.
+    def refuse(mask: int) -> int:
+        raise AssertionError(f"os.umask({mask:#o}) called")
+
+    monkeypatch.setattr(os, "umask", refuse)
+    path = tmp_path / "guest.sock"
+    fd = bind_listener(str(path))
+    with socket.socket(fileno=fd) as listener:
+        assert stat.S_ISSOCK(path.stat().st_mode)
+        assert path.stat().st_mode & 0o777 == 0o600
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(str(path))  # and it listens
+        assert listener.getsockname() == str(path)
+
+
+def test_no_gateway_module_changes_the_process_umask() -> None:
+    # Same class, wider: the gateway is one multi-threaded process. Only the guest (its own
+    # process in the sandbox) may set its umask.
+    package = Path(sandgate.__file__).parent
+    callers = []
+    for module in sorted(package.rglob("*.py")):
+        if module.is_relative_to(package / "guest"):
+            continue
+        for node in ast.walk(ast.parse(module.read_text(), str(module))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "umask"
+            ):
+                callers.append(f"{module.relative_to(package)}:{node.lineno}")
+    assert callers == []

@@ -6,6 +6,7 @@ tests/integration; here only what the service decides and records is."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -249,3 +250,43 @@ def test_reattach_adopts_what_is_wanted_and_removes_the_rest(home: Path) -> None
             assert h.dirs == [alive.id]
 
     _run(home, body)
+
+
+@pytest.fixture
+def narrow_umask() -> Iterator[None]:
+    """The gateway started by an operator whose umask is 077."""
+    old = os.umask(0o077)
+    yield
+    os.umask(old)
+
+
+def _sandbox_view(host_dir: Path) -> dict[str, int]:
+    """What a sandbox's root (no host user: the "other" bits) reads of its host directory."""
+    return {
+        p.name: p.stat().st_mode & 0o777
+        for p in [host_dir, *host_dir.iterdir()]
+        if p.is_dir() or p.is_file()
+    }
+
+
+@pytest.mark.usefixtures("narrow_umask")
+def test_a_host_directory_is_readable_inside_whatever_the_gateways_umask(home: Path) -> None:
+    # The guest reads its code and configuration as the "other" user: a host directory made
+    # under the operator's umask (or while another thread had narrowed it) was a sandbox whose
+    # guest could not import itself.
+    async def body(h: Harness) -> None:
+        cold = await h.service.create(h.principal, _request(A="1"))
+        await h.service.pause(h.principal, cold.id)
+        await h.service.connect(h.principal, cold.id, 60)  # resumed: its directory made again
+        await h.service.warm_pool_filled()
+        warm = await h.service.create(h.principal, _request())
+        for row in (cold, warm):
+            view = _sandbox_view(h.home / "sandboxes" / row.id)
+            assert view == {
+                row.id: 0o755,
+                "guest.pyz": 0o644,
+                "guest.json": 0o644,
+                "envs.json": 0o644,
+            }
+
+    _run(home, body, warm_pool=1)
