@@ -48,9 +48,8 @@ def roundtrips(count: int) -> list[float]:
 
 def main() -> None:
     fresh_count, roundtrip_count = int(sys.argv[1]), int(sys.argv[2])
-    fresh(1)  # warm-up: connections, imports, page cache
     results = fresh(fresh_count)
-    results["roundtrip"] = roundtrips(roundtrip_count)
+    results["roundtrip"] = roundtrips(roundtrip_count) if roundtrip_count else []
     print(json.dumps(results))
 
 
