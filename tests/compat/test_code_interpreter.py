@@ -86,6 +86,8 @@ def test_run_code_state_languages_errors_envs_and_streaming(
     assert main_text(ok(result["envs"])) == "cell sandbox"
     assert main_text(ok(result["envs_gone"])) == "unset"
     assert main_text(ok(result["cwd"])) == "/home/user"
+    # The kernel starts without ipykernel's debugger import; user code may still import it.
+    assert main_text(ok(result["debugpy"])) == "True"
 
     stream = result["stream"]
     # The kernel decides how output is cut into messages (ipykernel flushes on a timer, so

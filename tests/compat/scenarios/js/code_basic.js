@@ -44,6 +44,7 @@ async function scenario() {
     )
     out.envs_gone = await runCode("os.environ.get('CELL_ONLY', 'unset')")
     out.cwd = await runCode('import os\nos.getcwd()')
+    out.debugpy = await runCode('import debugpy\nbool(debugpy.__version__)')
 
     const events = []
     const started = performance.now()

@@ -50,6 +50,7 @@ def scenario(args: list[str]) -> dict[str, Any]:
         )
         out["envs_gone"] = execution_dict(sbx.run_code("os.environ.get('CELL_ONLY', 'unset')"))
         out["cwd"] = execution_dict(sbx.run_code("import os\nos.getcwd()"))
+        out["debugpy"] = execution_dict(sbx.run_code("import debugpy\nbool(debugpy.__version__)"))
 
         events: list[dict[str, Any]] = []
         started = time.monotonic()
