@@ -113,6 +113,9 @@ class Route:
     sandbox_id: str
     access_token: str
     guest: GuestClient
+    #: The sandbox's row when the route was made: its id, team and key never change, so
+    #: per-request records (``record_command``) need no store read on the event loop.
+    row: Sandbox
     #: Needed (``E2B-Traffic-Access-Token``) on ports other than envd's; None: public ports.
     traffic_token: str | None = None
     #: Per-sandbox gateway state that lives as long as the route (e.g. polling watchers).
@@ -762,7 +765,8 @@ class SandboxService:
         in the background; ``stop`` waits for records still being written."""
         if self._audit is None and not self._observers:
             return
-        row = self._store.sandbox(sandbox_id)
+        route = self._routes.get(sandbox_id)
+        row = route.row if route is not None else self._store.sandbox(sandbox_id)
         if row is None:
             return
         text = " ".join([cmd, *args])
@@ -1003,7 +1007,7 @@ class SandboxService:
     def _route_of(self, row: Sandbox) -> Route:
         public = bool((row.network or {}).get("allow_public_traffic"))
         token = None if public else traffic_token(row.access_token)
-        return Route(row.id, row.access_token, self._guest(row.id), traffic_token=token)
+        return Route(row.id, row.access_token, self._guest(row.id), row, traffic_token=token)
 
     def route_by_signature(self, match: Any) -> Route | None:
         """The route whose access token satisfies ``match(token)``; used by signed URLs
