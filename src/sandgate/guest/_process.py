@@ -13,7 +13,6 @@ Runs on the daemon's event loop only; the daemon has no threads, so ``fork`` is 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import fcntl
@@ -31,6 +30,18 @@ from ._config import GuestConfig
 from ._errors import OpError
 from ._journal import Journal
 from ._log import log
+from ._loop import (
+    BufferedSender,
+    Event,
+    Future,
+    Handle,
+    Lock,
+    Task,
+    get_loop,
+    spawn,
+    wait_first,
+    wait_for,
+)
 from ._users import User, resolve_path
 from .protocol import OUTPUT_CHUNK, PTY_CHUNK, Kind, encode_frame, encode_json
 
@@ -155,16 +166,16 @@ class Process:
     cwd: str
     stdin_fd: int | None
     outputs: dict[int, int]  # fd -> frame kind
-    subscribers: set[asyncio.StreamWriter] = field(default_factory=set)
+    subscribers: set[BufferedSender] = field(default_factory=set)
     end: dict[str, Any] | None = None
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    ended: Event = field(default_factory=Event)
     exited_at: float = 0.0
     timed_out: bool = False
     status: int | None = None
     paused: bool = False
-    input_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    timer: asyncio.TimerHandle | None = None
-    relief: asyncio.Future[None] | None = None
+    input_lock: Lock = field(default_factory=Lock)
+    timer: Handle | None = None
+    relief: Task[None] | None = None
 
     @property
     def is_pty(self) -> bool:
@@ -187,7 +198,7 @@ class ProcessTable:
 
     def __init__(self, config: GuestConfig, journal: Journal | None = None) -> None:
         self._config = config
-        self._loop = asyncio.get_running_loop()
+        self._loop = get_loop()
         self.running: dict[int, Process] = {}
         self._exited: OrderedDict[int, Process] = OrderedDict()
         #: What the sandbox's logs say about these processes (collected by the gateway).
@@ -327,28 +338,28 @@ class ProcessTable:
             self.journal.output(proc.pid, "stdout" if kind == Kind.STDOUT else "stderr", data)
         frame = encode_frame(kind, data)
         slow = []
-        for writer in list(proc.subscribers):
-            if writer.transport.is_closing():
-                proc.subscribers.discard(writer)
+        for sender in list(proc.subscribers):
+            if sender.closed:
+                proc.subscribers.discard(sender)
                 continue
-            writer.write(frame)
-            if writer.transport.get_write_buffer_size() > SUBSCRIBER_HIGH_WATER:
-                slow.append(writer)
+            sender.write(frame)
+            if sender.pending > SUBSCRIBER_HIGH_WATER:
+                slow.append(sender)
         if slow and not proc.paused:
             proc.paused = True
             for fd in proc.outputs:
                 self._loop.remove_reader(fd)
-            proc.relief = asyncio.ensure_future(self._relieve(proc, slow))
+            proc.relief = spawn(self._relieve(proc, slow))
 
-    async def _relieve(self, proc: Process, slow: list[asyncio.StreamWriter]) -> None:
-        for writer in slow:
+    async def _relieve(self, proc: Process, slow: list[BufferedSender]) -> None:
+        for sender in slow:
             try:
-                await asyncio.wait_for(writer.drain(), SUBSCRIBER_STALL_S)
-            except (TimeoutError, ConnectionError, RuntimeError):
-                if writer in proc.subscribers:
+                await wait_for(sender.drain(), SUBSCRIBER_STALL_S)
+            except (TimeoutError, ConnectionError):
+                if sender in proc.subscribers:
                     log("subscriber_dropped", pid=proc.pid, reason="stalled")
-                proc.subscribers.discard(writer)
-                writer.transport.abort()
+                proc.subscribers.discard(sender)
+                sender.abort()
         proc.paused = False
         if proc.end is None:
             for fd in proc.outputs:
@@ -418,9 +429,9 @@ class ProcessTable:
             "timed_out": proc.timed_out,
         }
         frame = encode_json(proc.end)
-        for writer in proc.subscribers:
-            if not writer.transport.is_closing():
-                writer.write(frame)
+        for sender in proc.subscribers:
+            if not sender.closed:
+                sender.write(frame)
         self.journal.ended(proc.pid, proc.end)
         proc.exited_at = time.monotonic()
         self.running.pop(proc.pid, None)
@@ -453,16 +464,14 @@ class ProcessTable:
                     raise OpError("failed_precondition", f"stdin is closed: {exc}") from None
 
     async def _writable(self, proc: Process, fd: int) -> None:
-        ready: asyncio.Future[None] = self._loop.create_future()
-        self._loop.add_writer(fd, _resolve, ready)
-        ender: asyncio.Future[bool] = asyncio.ensure_future(proc.ended.wait())
-        waiting: set[asyncio.Future[Any]] = {ready, ender}
+        ready: Future[None] = self._loop.create_future()
+        handle = self._loop.add_writer(fd, _resolve, ready)
+        ender = spawn(proc.ended.wait())
         try:
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            await wait_first((ready, ender))
         finally:
             ender.cancel()
-            if proc.stdin_fd == fd:
-                self._loop.remove_writer(fd)
+            self._loop.remove_writer(fd, handle)
 
     def close_stdin(self, proc: Process) -> None:
         if proc.is_pty:
@@ -494,7 +503,7 @@ class ProcessTable:
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
+def _resolve(future: Future[None]) -> None:
     if not future.done():
         future.set_result(None)
 
