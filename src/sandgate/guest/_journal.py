@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
@@ -51,14 +50,16 @@ TRUNCATED = "[output truncated: the process exceeded the log capture limit]"
 Entry = tuple[int, float, str, str, int, str | None, str, dict[str, Any] | None]
 
 
-@dataclass
 class _Output:
     """One process's recording state: its partial lines and what is left of its budget."""
 
-    partial: dict[str, bytes] = field(default_factory=lambda: {"stdout": b"", "stderr": b""})
-    bytes_left: int = PROCESS_BUDGET_BYTES
-    lines_left: int = PROCESS_BUDGET_LINES
-    truncated: bool = False
+    __slots__ = ("bytes_left", "lines_left", "partial", "truncated")
+
+    def __init__(self) -> None:
+        self.partial: dict[str, bytes] = {"stdout": b"", "stderr": b""}
+        self.bytes_left = PROCESS_BUDGET_BYTES
+        self.lines_left = PROCESS_BUDGET_LINES
+        self.truncated = False
 
 
 class Journal:

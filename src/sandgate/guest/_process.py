@@ -23,8 +23,7 @@ import struct
 import termios
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._config import GuestConfig
 from ._errors import OpError
@@ -77,8 +76,9 @@ _SIGNAL_NAMES = {
 }
 
 
-@dataclass(frozen=True)
-class SpawnSpec:
+class SpawnSpec(NamedTuple):
+    """What to run, validated (a ``NamedTuple``: no ``dataclasses`` import at start)."""
+
     cmd: str
     args: list[str]
     envs: dict[str, str]
@@ -157,25 +157,32 @@ def describe_status(status: int) -> tuple[int, bool, str]:
     return -1, False, text
 
 
-@dataclass(eq=False)
 class Process:
     """One spawned process; ``end`` is set once it exited and its output was forwarded."""
 
-    pid: int
-    spec: SpawnSpec
-    cwd: str
-    stdin_fd: int | None
-    outputs: dict[int, int]  # fd -> frame kind
-    subscribers: set[BufferedSender] = field(default_factory=set)
-    end: dict[str, Any] | None = None
-    ended: Event = field(default_factory=Event)
-    exited_at: float = 0.0
-    timed_out: bool = False
-    status: int | None = None
-    paused: bool = False
-    input_lock: Lock = field(default_factory=Lock)
-    timer: Handle | None = None
-    relief: Task[None] | None = None
+    def __init__(
+        self,
+        pid: int,
+        spec: SpawnSpec,
+        cwd: str,
+        stdin_fd: int | None,
+        outputs: dict[int, int],  # fd -> frame kind
+    ) -> None:
+        self.pid = pid
+        self.spec = spec
+        self.cwd = cwd
+        self.stdin_fd = stdin_fd
+        self.outputs = outputs
+        self.subscribers: set[BufferedSender] = set()
+        self.end: dict[str, Any] | None = None
+        self.ended = Event()
+        self.exited_at = 0.0
+        self.timed_out = False
+        self.status: int | None = None
+        self.paused = False
+        self.input_lock = Lock()
+        self.timer: Handle | None = None
+        self.relief: Task[None] | None = None
 
     @property
     def is_pty(self) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ._errors import OpError
 
@@ -16,8 +16,10 @@ MAX_PATH = 4096
 _DEFAULT_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
-@dataclass(frozen=True)
-class User:
+class User(NamedTuple):
+    """A user as ``pwd`` knows it (a ``NamedTuple``: immutable, compared by value, and no
+    ``dataclasses`` import in the daemon's start)."""
+
     name: str
     uid: int
     gid: int
