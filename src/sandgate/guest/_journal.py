@@ -23,7 +23,13 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
+if TYPE_CHECKING:
+    from typing import Any
+
+    #: seq, unix time, level, event, pid, stream, message, fields
+    Entry = tuple[int, float, str, str, int, str | None, str, dict[str, Any] | None]
 
 __all__ = [
     "MAX_BYTES",
@@ -45,9 +51,6 @@ REPLY_BYTES = 512 * 1024
 _COMMAND_PREVIEW = 1024
 _ENTRY_OVERHEAD = 64
 TRUNCATED = "[output truncated: the process exceeded the log capture limit]"
-
-#: seq, unix time, level, event, pid, stream, message, fields
-Entry = tuple[int, float, str, str, int, str | None, str, dict[str, Any] | None]
 
 
 class _Output:

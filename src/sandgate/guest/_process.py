@@ -23,7 +23,6 @@ import struct
 import termios
 import time
 from collections import OrderedDict
-from typing import Any, NamedTuple
 
 from ._config import GuestConfig
 from ._errors import OpError
@@ -43,6 +42,10 @@ from ._loop import (
 )
 from ._users import User, resolve_path
 from .protocol import OUTPUT_CHUNK, PTY_CHUNK, Kind, encode_frame, encode_json
+
+TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Process", "ProcessTable", "SpawnSpec"]
 
@@ -76,17 +79,31 @@ _SIGNAL_NAMES = {
 }
 
 
-class SpawnSpec(NamedTuple):
-    """What to run, validated (a ``NamedTuple``: no ``dataclasses`` import at start)."""
+class SpawnSpec:
+    """What to run, validated by :meth:`from_request`; never changed once made (a plain
+    class: no ``dataclasses`` or ``typing`` import at start, see ``_loop``)."""
 
-    cmd: str
-    args: list[str]
-    envs: dict[str, str]
-    cwd: str
-    tag: str | None
-    stdin: bool
-    pty: tuple[int, int] | None  # (cols, rows)
-    timeout_ms: int
+    __slots__ = ("args", "cmd", "cwd", "envs", "pty", "stdin", "tag", "timeout_ms")
+
+    def __init__(
+        self,
+        cmd: str,
+        args: list[str],
+        envs: dict[str, str],
+        cwd: str,
+        tag: str | None,
+        stdin: bool,
+        pty: tuple[int, int] | None,  # (cols, rows)
+        timeout_ms: int,
+    ) -> None:
+        self.cmd = cmd
+        self.args = args
+        self.envs = envs
+        self.cwd = cwd
+        self.tag = tag
+        self.stdin = stdin
+        self.pty = pty
+        self.timeout_ms = timeout_ms
 
     @classmethod
     def from_request(cls, request: dict[str, Any]) -> SpawnSpec:

@@ -28,7 +28,6 @@ import pwd
 import signal
 import socket
 import struct
-from typing import Any
 
 from ._errors import OpError
 from ._log import log
@@ -49,6 +48,10 @@ from ._loop import (
 from ._process import _exec_child, _read_all
 from ._users import lookup_user
 from .protocol import FRAME_HEADER, SUDO_SOCKET, Kind, encode_json
+
+TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["SudoServer"]
 

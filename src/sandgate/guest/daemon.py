@@ -35,7 +35,6 @@ import os
 import signal
 import socket
 import sys
-from typing import Any
 
 from ._config import GuestConfig
 from ._errors import OpError
@@ -74,6 +73,10 @@ from .protocol import (
     decode_json,
     encode_json,
 )
+
+TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["main"]
 
