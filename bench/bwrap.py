@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -103,6 +104,7 @@ def main() -> None:
     parser.add_argument("--idle", type=int, default=5)
     args = parser.parse_args()
 
+    load_start = os.getloadavg()[0]
     results = {kind: measure(kind, args.creates, args.idle) for kind in ("bwrap", "docker")}
     raw = {
         "bwrap": summary_ms([timed(raw_bwrap_argv("/bin/true")) for _ in range(args.creates)]),
@@ -111,8 +113,9 @@ def main() -> None:
         ),
         "docker run": summary_ms([timed(DOCKER_RUN) for _ in range(args.creates)]),
     }
+    load = (load_start, os.getloadavg()[0])
     out = {"when": datetime.now(UTC).isoformat(), "machine": machine(), "runtimes": results,
-           "raw": raw, "creates": args.creates, "idle": args.idle}  # fmt: skip
+           "raw": raw, "creates": args.creates, "idle": args.idle, "load": load}  # fmt: skip
     (ROOT / "bench" / "results").mkdir(exist_ok=True)
     (ROOT / "bench" / "results" / "bwrap.json").write_text(json.dumps(out, indent=2))
 
@@ -122,7 +125,8 @@ def main() -> None:
     bw, dk = results["bwrap"], results["docker"]
     body = f"""
 Machine: {machine()}; {args.creates} sequential cold creates per runtime (no warm pool), each
-followed by `true` through envd over HTTP (`uv run python bench/bwrap.py`).
+followed by `true` through envd over HTTP (`uv run python bench/bwrap.py`), run
+{out["when"][:10]}, load average (1 min) {load[0]:.1f} → {load[1]:.1f} over the run.
 
 | create → first command done (ms) | p50 | p95 | p99 | target p50 |
 |---|---|---|---|---|
@@ -131,6 +135,12 @@ followed by `true` through envd over HTTP (`uv run python bench/bwrap.py`).
 {line("raw `bwrap --unshare-all … true`", raw["bwrap"], "baseline")}
 {line("raw `bwrap --unshare-all … python3 -I -c pass`", raw["bwrap python"], "baseline")}
 {line("raw `docker run --rm … true`", raw["docker run"], "baseline")}
+
+The same table before the guest's selectors loop (2026-12-02, `22c2262`, quiet machine, load
+~1): bwrap 135 / 153 / 154, docker 352 / 395 / 411, raw `bwrap … true` 6, raw
+`bwrap … python3 -I -c pass` 19, raw `docker run` 314 (p50 / p95 / p99 ms); idle memory
+cgroup / PSS 10.0 / 10.8 MiB (bwrap), 10.0 / 10.5 MiB (docker). Runs of both side by side:
+"Guest: a selector loop, no asyncio" below.
 
 Run to run, p50 moves by about ±10 ms on this shared VM (94 to 113 ms for the bwrap row over
 the runs of 2026-11-30, the same code measuring both ends). The harness keeps one HTTP client
@@ -163,9 +173,9 @@ raw `bwrap` (the "python3 -I -c pass" row) is already a large part of it on this
 and the runtime's cgroup moves wait for an RCU grace period; the warm pool (target 40 ms) is
 the supported fast path. What the guest start skips: `site` and the image's `.pth` files
 (`-I -S`), `ssl` (blocked, ~10 ms of libssl/libcrypto for a daemon that never speaks TLS),
-`asyncio`, `dataclasses`, `typing`, the zipapp builder and rarely used modules, the `sh`/`chown` prelude
-and `runpy`; the bytecode in `guest.pyz` is used (same magic number as the image's Python
-3.11).
+`asyncio`, `dataclasses`, `typing`, the zipapp builder and rarely used modules, the
+`sh`/`chown` prelude and `runpy`; the bytecode in `guest.pyz` is used (same magic number as the
+image's Python 3.11).
 
 | idle sandbox ({args.idle} kept, mean) | memory cgroup (MiB) | PSS of processes (MiB) | target |
 |---|---|---|---|
