@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -103,6 +104,7 @@ def main() -> None:
     parser.add_argument("--idle", type=int, default=5)
     args = parser.parse_args()
 
+    load_start = os.getloadavg()[0]
     results = {kind: measure(kind, args.creates, args.idle) for kind in ("bwrap", "docker")}
     raw = {
         "bwrap": summary_ms([timed(raw_bwrap_argv("/bin/true")) for _ in range(args.creates)]),
@@ -111,8 +113,9 @@ def main() -> None:
         ),
         "docker run": summary_ms([timed(DOCKER_RUN) for _ in range(args.creates)]),
     }
+    load = (load_start, os.getloadavg()[0])
     out = {"when": datetime.now(UTC).isoformat(), "machine": machine(), "runtimes": results,
-           "raw": raw, "creates": args.creates, "idle": args.idle}  # fmt: skip
+           "raw": raw, "creates": args.creates, "idle": args.idle, "load": load}  # fmt: skip
     (ROOT / "bench" / "results").mkdir(exist_ok=True)
     (ROOT / "bench" / "results" / "bwrap.json").write_text(json.dumps(out, indent=2))
 
@@ -122,7 +125,8 @@ def main() -> None:
     bw, dk = results["bwrap"], results["docker"]
     body = f"""
 Machine: {machine()}; {args.creates} sequential cold creates per runtime (no warm pool), each
-followed by `true` through envd over HTTP (`uv run python bench/bwrap.py`).
+followed by `true` through envd over HTTP (`uv run python bench/bwrap.py`), run
+{out["when"][:10]}, load average (1 min) {load[0]:.1f} → {load[1]:.1f} over the run.
 
 | create → first command done (ms) | p50 | p95 | p99 | target p50 |
 |---|---|---|---|---|
@@ -131,6 +135,12 @@ followed by `true` through envd over HTTP (`uv run python bench/bwrap.py`).
 {line("raw `bwrap --unshare-all … true`", raw["bwrap"], "baseline")}
 {line("raw `bwrap --unshare-all … python3 -I -c pass`", raw["bwrap python"], "baseline")}
 {line("raw `docker run --rm … true`", raw["docker run"], "baseline")}
+
+The same table before the guest's selectors loop (2026-12-02, `22c2262`, quiet machine, load
+~1): bwrap 135 / 153 / 154, docker 352 / 395 / 411, raw `bwrap … true` 6, raw
+`bwrap … python3 -I -c pass` 19, raw `docker run` 314 (p50 / p95 / p99 ms); idle memory
+cgroup / PSS 10.0 / 10.8 MiB (bwrap), 10.0 / 10.5 MiB (docker). Runs of both side by side:
+"Guest: a selector loop, no asyncio" below.
 
 Run to run, p50 moves by about ±10 ms on this shared VM (94 to 113 ms for the bwrap row over
 the runs of 2026-11-30, the same code measuring both ends). The harness keeps one HTTP client
@@ -147,24 +157,25 @@ on a busier machine (its raw rows were 37 / 70 / 439 ms). Where a cold bwrap cre
   child) runs *while* the first cgroup move waits out the kernel's RCU grace period (10-25 ms
   on this cgroup v1 host, paid by the first migration after a quiet spell); uid map,
   nested-userns lock (`nsenter`, overlapped with the moves) and release ~2 ms.
-* **Guest start, ~55 ms** from release to answering: bubblewrap's mounts ~3 ms, the
-  interpreter ~12 ms, `asyncio` ~25 ms, the guest's modules ~10 ms, its set-up ~3 ms. The
-  gateway waits with inotify on the guest's directory, so it pings within ~1 ms of the socket
-  appearing (the old back-off polling added up to 50 ms).
+* **Guest start** from release to answering: bubblewrap's mounts ~3 ms, the interpreter
+  ~12 ms, the guest's modules, its set-up ~3 ms. Until 2026-12-02 `asyncio` alone was ~25 ms
+  of it (~55 ms in all); the daemon now runs on its own selectors loop (`guest/_loop.py`) and
+  imports none of `asyncio`, `dataclasses` and `typing` (see "Guest: a selector loop, no
+  asyncio" below). The gateway waits with inotify on the guest's directory, so it pings within ~1 ms
+  of the socket appearing (the old back-off polling added up to 50 ms).
 * **After ready, ~8 ms**: store update, audit record, HTTP answer. **First command, ~8 ms**:
   `bash -l -c true` through envd (the login shell's profile runs `id`).
 
 Since 2026-12-02 an idle sandbox is one guest process (the file worker starts on demand, see
-"Guest: one process, lean start" below). The 50 ms target (issue 17; 60 ms before) is
-**not met**: CPython 3.11 with `asyncio` costs ~50 ms before the guest
-does anything on this VM (2 vCPUs), more than the whole budget minus the runtime. Reaching it
-cold needs a guest that starts without `asyncio` (or is not Python), plus cgroup moves that do
-not wait for a grace period; the warm pool (target 40 ms) is the supported fast path. What
-the guest start already skips: `site` and the image's `.pth` files (`-I -S`), `ssl` (blocked:
-`asyncio` would load libssl/libcrypto, ~10 ms, for a daemon that never speaks TLS), the
-zipapp builder and rarely used modules, the `sh`/`chown` prelude and `runpy`; the bytecode in
-`guest.pyz` is used (same magic number as the image's Python 3.11). Idle memory fell with the
-imports (no libcrypto, fewer modules): 16.6 → 13.7 MiB of cgroup, same harness.
+"Guest: one process, lean start" below), and since the same day the daemon starts without
+`asyncio`. The 50 ms target (issue 17; 60 ms before) is **not met**: a bare CPython 3.11 in a
+raw `bwrap` (the "python3 -I -c pass" row) is already a large part of it on this VM (2 vCPUs),
+and the runtime's cgroup moves wait for an RCU grace period; the warm pool (target 40 ms) is
+the supported fast path. What the guest start skips: `site` and the image's `.pth` files
+(`-I -S`), `ssl` (blocked, ~10 ms of libssl/libcrypto for a daemon that never speaks TLS),
+`asyncio`, `dataclasses`, `typing`, the zipapp builder and rarely used modules, the
+`sh`/`chown` prelude and `runpy`; the bytecode in `guest.pyz` is used (same magic number as the
+image's Python 3.11).
 
 | idle sandbox ({args.idle} kept, mean) | memory cgroup (MiB) | PSS of processes (MiB) | target |
 |---|---|---|---|

@@ -33,7 +33,10 @@ import math
 import re
 from array import array
 from itertools import accumulate
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (guest/_loop.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "CODE",

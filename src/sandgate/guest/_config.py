@@ -4,28 +4,48 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["GuestConfig"]
 
 
-@dataclass(frozen=True)
 class GuestConfig:
-    """Sandbox-level settings; a missing key takes the default shown here."""
+    """Sandbox-level settings; a missing key takes the default shown here. Never changed once
+    made (``configure`` builds a new one); build it with :meth:`from_json`. A plain class, not a
+    dataclass: ``dataclasses`` would cost every guest's start the import of ``inspect``,
+    ``ast`` and ``dis`` (~7 ms), and ``typing`` is kept out of it too (``_loop``)."""
 
-    envs: dict[str, str] = field(default_factory=dict)
-    default_user: str = "user"
-    default_workdir: str | None = None
-    max_processes: int = 256
-    exit_retention_s: float = 30.0
-    #: Port of the egress relay on 127.0.0.1 (``_egress``); 0 runs no relay.
-    egress_proxy_port: int = 0
-    #: Whether ``sudo`` inside the sandbox may run commands as root (``_sudo``).
-    sudo: bool = True
-    #: Seconds without a file operation after which a user's file worker exits (the next one
-    #: starts it again, ~10 ms), so an idle sandbox holds one process.
-    worker_idle_s: float = 30.0
+    __slots__ = (
+        "default_user", "default_workdir", "egress_proxy_port", "envs", "exit_retention_s",
+        "max_processes", "sudo", "worker_idle_s",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        envs: dict[str, str],
+        default_user: str = "user",
+        default_workdir: str | None = None,
+        max_processes: int = 256,
+        exit_retention_s: float = 30.0,
+        egress_proxy_port: int = 0,
+        sudo: bool = True,
+        worker_idle_s: float = 30.0,
+    ) -> None:
+        self.envs = envs
+        self.default_user = default_user
+        self.default_workdir = default_workdir
+        self.max_processes = max_processes
+        self.exit_retention_s = exit_retention_s
+        #: Port of the egress relay on 127.0.0.1 (``_egress``); 0 runs no relay.
+        self.egress_proxy_port = egress_proxy_port
+        #: Whether ``sudo`` inside the sandbox may run commands as root (``_sudo``).
+        self.sudo = sudo
+        #: Seconds without a file operation after which a user's file worker exits (the next
+        #: one starts it again, ~10 ms), so an idle sandbox holds one process.
+        self.worker_idle_s = worker_idle_s
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> GuestConfig:

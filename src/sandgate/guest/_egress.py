@@ -10,37 +10,86 @@ client gets a 502 answer instead of a hang.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import socket
 
 from ._log import log
+from ._loop import (
+    Task,
+    close_socket,
+    sleep,
+    sock_accept,
+    sock_connect,
+    sock_sendall,
+    spawn,
+    wait_for,
+)
 from ._splice import splice
 
-__all__ = ["start_relay"]
+__all__ = ["Relay", "start_relay"]
 
 _UNAVAILABLE = (
     b"HTTP/1.1 502 Bad Gateway\r\nX-Sandgate-Error: egress_unavailable\r\n"
     b"Content-Type: text/plain\r\nContent-Length: 45\r\nConnection: close\r\n\r\n"
     b"sandgate egress: this sandbox has no egress.\n"
 )
+#: A client that does not read the 502 answer within this time is dropped.
+_ANSWER_TIMEOUT_S = 10.0
 
 
-async def start_relay(port: int, socket_path: str) -> asyncio.Server | None:
-    """Listens on ``127.0.0.1:port``; returns None (and logs) if the port is taken."""
+class Relay:
+    """The listening relay; :meth:`close` stops accepting (open connections run on)."""
 
-    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, listener: socket.socket, socket_path: str) -> None:
+        self._listener = listener
+        self._socket_path = socket_path
+        self._tasks: set[Task[None]] = set()
+        self._accept = spawn(self._accept_loop())
+
+    def close(self) -> None:
+        self._accept.cancel()
+        close_socket(self._listener)
+
+    async def _accept_loop(self) -> None:
+        while True:
+            try:
+                conn, _ = await sock_accept(self._listener)
+            except OSError as exc:  # EMFILE and friends: back off instead of spinning
+                log("egress_accept_failed", error=str(exc))
+                await sleep(0.1)
+                continue
+            task = spawn(self._relay(conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _relay(self, conn: socket.socket) -> None:
         try:
-            up_reader, up_writer = await asyncio.open_unix_connection(socket_path)
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            upstream.setblocking(False)
         except OSError:
-            with contextlib.suppress(OSError):
-                writer.write(_UNAVAILABLE)
-                await writer.drain()
-            writer.transport.abort()
+            close_socket(conn)
             return
-        await splice(reader, writer, up_reader, up_writer)
+        try:
+            await sock_connect(upstream, self._socket_path)
+        except OSError:
+            close_socket(upstream)
+            with contextlib.suppress(OSError, TimeoutError):
+                await wait_for(sock_sendall(conn, _UNAVAILABLE), _ANSWER_TIMEOUT_S)
+            close_socket(conn)
+            return
+        await splice(conn, upstream)
 
+
+def start_relay(port: int, socket_path: str) -> Relay | None:
+    """Listens on ``127.0.0.1:port``; returns None (and logs) if the port is taken."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        return await asyncio.start_server(relay, "127.0.0.1", port)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen(128)
+        listener.setblocking(False)
     except OSError as exc:
+        listener.close()
         log("egress_relay_unavailable", port=port, error=str(exc))
         return None
+    return Relay(listener, socket_path)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import errno
-from typing import Any
 
 from .protocol import DISK_FULL
+
+TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["OpError", "from_oserror"]
 

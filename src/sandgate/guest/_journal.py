@@ -23,8 +23,13 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
+if TYPE_CHECKING:
+    from typing import Any
+
+    #: seq, unix time, level, event, pid, stream, message, fields
+    Entry = tuple[int, float, str, str, int, str | None, str, dict[str, Any] | None]
 
 __all__ = [
     "MAX_BYTES",
@@ -47,18 +52,17 @@ _COMMAND_PREVIEW = 1024
 _ENTRY_OVERHEAD = 64
 TRUNCATED = "[output truncated: the process exceeded the log capture limit]"
 
-#: seq, unix time, level, event, pid, stream, message, fields
-Entry = tuple[int, float, str, str, int, str | None, str, dict[str, Any] | None]
 
-
-@dataclass
 class _Output:
     """One process's recording state: its partial lines and what is left of its budget."""
 
-    partial: dict[str, bytes] = field(default_factory=lambda: {"stdout": b"", "stderr": b""})
-    bytes_left: int = PROCESS_BUDGET_BYTES
-    lines_left: int = PROCESS_BUDGET_LINES
-    truncated: bool = False
+    __slots__ = ("bytes_left", "lines_left", "partial", "truncated")
+
+    def __init__(self) -> None:
+        self.partial: dict[str, bytes] = {"stdout": b"", "stderr": b""}
+        self.bytes_left = PROCESS_BUDGET_BYTES
+        self.lines_left = PROCESS_BUDGET_LINES
+        self.truncated = False
 
 
 class Journal:

@@ -6,7 +6,10 @@ import json
 import os
 import sys
 import time
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["log"]
 

@@ -13,7 +13,6 @@ Runs on the daemon's event loop only; the daemon has no threads, so ``fork`` is 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import fcntl
@@ -24,15 +23,29 @@ import struct
 import termios
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import Any
 
 from ._config import GuestConfig
 from ._errors import OpError
 from ._journal import Journal
 from ._log import log
+from ._loop import (
+    BufferedSender,
+    Event,
+    Future,
+    Handle,
+    Lock,
+    Task,
+    get_loop,
+    spawn,
+    wait_first,
+    wait_for,
+)
 from ._users import User, resolve_path
 from .protocol import OUTPUT_CHUNK, PTY_CHUNK, Kind, encode_frame, encode_json
+
+TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Process", "ProcessTable", "SpawnSpec"]
 
@@ -66,16 +79,31 @@ _SIGNAL_NAMES = {
 }
 
 
-@dataclass(frozen=True)
 class SpawnSpec:
-    cmd: str
-    args: list[str]
-    envs: dict[str, str]
-    cwd: str
-    tag: str | None
-    stdin: bool
-    pty: tuple[int, int] | None  # (cols, rows)
-    timeout_ms: int
+    """What to run, validated by :meth:`from_request`; never changed once made (a plain
+    class: no ``dataclasses`` or ``typing`` import at start, see ``_loop``)."""
+
+    __slots__ = ("args", "cmd", "cwd", "envs", "pty", "stdin", "tag", "timeout_ms")
+
+    def __init__(
+        self,
+        cmd: str,
+        args: list[str],
+        envs: dict[str, str],
+        cwd: str,
+        tag: str | None,
+        stdin: bool,
+        pty: tuple[int, int] | None,  # (cols, rows)
+        timeout_ms: int,
+    ) -> None:
+        self.cmd = cmd
+        self.args = args
+        self.envs = envs
+        self.cwd = cwd
+        self.tag = tag
+        self.stdin = stdin
+        self.pty = pty
+        self.timeout_ms = timeout_ms
 
     @classmethod
     def from_request(cls, request: dict[str, Any]) -> SpawnSpec:
@@ -146,25 +174,32 @@ def describe_status(status: int) -> tuple[int, bool, str]:
     return -1, False, text
 
 
-@dataclass(eq=False)
 class Process:
     """One spawned process; ``end`` is set once it exited and its output was forwarded."""
 
-    pid: int
-    spec: SpawnSpec
-    cwd: str
-    stdin_fd: int | None
-    outputs: dict[int, int]  # fd -> frame kind
-    subscribers: set[asyncio.StreamWriter] = field(default_factory=set)
-    end: dict[str, Any] | None = None
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    exited_at: float = 0.0
-    timed_out: bool = False
-    status: int | None = None
-    paused: bool = False
-    input_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    timer: asyncio.TimerHandle | None = None
-    relief: asyncio.Future[None] | None = None
+    def __init__(
+        self,
+        pid: int,
+        spec: SpawnSpec,
+        cwd: str,
+        stdin_fd: int | None,
+        outputs: dict[int, int],  # fd -> frame kind
+    ) -> None:
+        self.pid = pid
+        self.spec = spec
+        self.cwd = cwd
+        self.stdin_fd = stdin_fd
+        self.outputs = outputs
+        self.subscribers: set[BufferedSender] = set()
+        self.end: dict[str, Any] | None = None
+        self.ended = Event()
+        self.exited_at = 0.0
+        self.timed_out = False
+        self.status: int | None = None
+        self.paused = False
+        self.input_lock = Lock()
+        self.timer: Handle | None = None
+        self.relief: Task[None] | None = None
 
     @property
     def is_pty(self) -> bool:
@@ -187,7 +222,7 @@ class ProcessTable:
 
     def __init__(self, config: GuestConfig, journal: Journal | None = None) -> None:
         self._config = config
-        self._loop = asyncio.get_running_loop()
+        self._loop = get_loop()
         self.running: dict[int, Process] = {}
         self._exited: OrderedDict[int, Process] = OrderedDict()
         #: What the sandbox's logs say about these processes (collected by the gateway).
@@ -327,28 +362,28 @@ class ProcessTable:
             self.journal.output(proc.pid, "stdout" if kind == Kind.STDOUT else "stderr", data)
         frame = encode_frame(kind, data)
         slow = []
-        for writer in list(proc.subscribers):
-            if writer.transport.is_closing():
-                proc.subscribers.discard(writer)
+        for sender in list(proc.subscribers):
+            if sender.closed:
+                proc.subscribers.discard(sender)
                 continue
-            writer.write(frame)
-            if writer.transport.get_write_buffer_size() > SUBSCRIBER_HIGH_WATER:
-                slow.append(writer)
+            sender.write(frame)
+            if sender.pending > SUBSCRIBER_HIGH_WATER:
+                slow.append(sender)
         if slow and not proc.paused:
             proc.paused = True
             for fd in proc.outputs:
                 self._loop.remove_reader(fd)
-            proc.relief = asyncio.ensure_future(self._relieve(proc, slow))
+            proc.relief = spawn(self._relieve(proc, slow))
 
-    async def _relieve(self, proc: Process, slow: list[asyncio.StreamWriter]) -> None:
-        for writer in slow:
+    async def _relieve(self, proc: Process, slow: list[BufferedSender]) -> None:
+        for sender in slow:
             try:
-                await asyncio.wait_for(writer.drain(), SUBSCRIBER_STALL_S)
-            except (TimeoutError, ConnectionError, RuntimeError):
-                if writer in proc.subscribers:
+                await wait_for(sender.drain(), SUBSCRIBER_STALL_S)
+            except (TimeoutError, ConnectionError):
+                if sender in proc.subscribers:
                     log("subscriber_dropped", pid=proc.pid, reason="stalled")
-                proc.subscribers.discard(writer)
-                writer.transport.abort()
+                proc.subscribers.discard(sender)
+                sender.abort()
         proc.paused = False
         if proc.end is None:
             for fd in proc.outputs:
@@ -418,9 +453,9 @@ class ProcessTable:
             "timed_out": proc.timed_out,
         }
         frame = encode_json(proc.end)
-        for writer in proc.subscribers:
-            if not writer.transport.is_closing():
-                writer.write(frame)
+        for sender in proc.subscribers:
+            if not sender.closed:
+                sender.write(frame)
         self.journal.ended(proc.pid, proc.end)
         proc.exited_at = time.monotonic()
         self.running.pop(proc.pid, None)
@@ -453,16 +488,14 @@ class ProcessTable:
                     raise OpError("failed_precondition", f"stdin is closed: {exc}") from None
 
     async def _writable(self, proc: Process, fd: int) -> None:
-        ready: asyncio.Future[None] = self._loop.create_future()
-        self._loop.add_writer(fd, _resolve, ready)
-        ender: asyncio.Future[bool] = asyncio.ensure_future(proc.ended.wait())
-        waiting: set[asyncio.Future[Any]] = {ready, ender}
+        ready: Future[None] = self._loop.create_future()
+        handle = self._loop.add_writer(fd, _resolve, ready)
+        ender = spawn(proc.ended.wait())
         try:
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            await wait_first((ready, ender))
         finally:
             ender.cancel()
-            if proc.stdin_fd == fd:
-                self._loop.remove_writer(fd)
+            self._loop.remove_writer(fd, handle)
 
     def close_stdin(self, proc: Process) -> None:
         if proc.is_pty:
@@ -494,7 +527,7 @@ class ProcessTable:
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
+def _resolve(future: Future[None]) -> None:
     if not future.done():
         future.set_result(None)
 

@@ -1,40 +1,49 @@
-"""Copying bytes both ways between two stream pairs until either side is done."""
+"""Copying bytes both ways between two sockets until either side is done.
+
+Memory is bounded: each direction holds at most one chunk, and reads the next one only once
+the other side took the last (a peer that stops reading stops its sender's direction).
+"""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import socket
+
+from ._loop import Task, close_socket, readable, sock_sendall, spawn, wait_first
 
 __all__ = ["splice"]
 
 _CHUNK = 64 * 1024
 
 
-async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-    while data := await src.read(_CHUNK):
-        dst.write(data)
-        await dst.drain()
-    if dst.can_write_eof():
-        dst.write_eof()
+async def _pump(src: socket.socket, dst: socket.socket) -> None:
+    while True:
+        try:
+            data = src.recv(_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            await readable(src.fileno())
+            continue
+        if not data:
+            break
+        await sock_sendall(dst, data)
+    with contextlib.suppress(OSError):
+        dst.shutdown(socket.SHUT_WR)  # pass the end of file on; the other way may go on
 
 
-async def splice(
-    a_reader: asyncio.StreamReader,
-    a_writer: asyncio.StreamWriter,
-    b_reader: asyncio.StreamReader,
-    b_writer: asyncio.StreamWriter,
-) -> None:
-    pumps = [
-        asyncio.ensure_future(_pump(a_reader, b_writer)),
-        asyncio.ensure_future(_pump(b_reader, a_writer)),
-    ]
+async def splice(a: socket.socket, b: socket.socket) -> None:
+    """Copies ``a`` -> ``b`` and ``b`` -> ``a`` until both ends finished or either failed,
+    then closes both sockets (non-blocking ones)."""
+    pumps: list[Task[None]] = [spawn(_pump(a, b)), spawn(_pump(b, a))]
     try:
-        pending = set(pumps)
+        pending = list(pumps)
         while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if any(task.exception() is not None for task in done):
+            await wait_first(pending)
+            done = [task for task in pending if task.done()]
+            pending = [task for task in pending if not task.done()]
+            if any(task.cancelled() or task.exception() is not None for task in done):
                 break
     finally:
         for task in pumps:
             task.cancel()
-        for writer in (a_writer, b_writer):
-            writer.transport.abort()
+        close_socket(a)
+        close_socket(b)

@@ -21,7 +21,6 @@ client goes away first, the command gets SIGHUP, as from a terminal hangup.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -29,13 +28,30 @@ import pwd
 import signal
 import socket
 import struct
-from typing import Any
 
 from ._errors import OpError
 from ._log import log
+from ._loop import (
+    Future,
+    Loop,
+    Task,
+    close_socket,
+    readable,
+    sleep,
+    sock_accept,
+    sock_recv,
+    sock_sendall,
+    spawn,
+    wait_first,
+    wait_for,
+)
 from ._process import _exec_child, _read_all
 from ._users import lookup_user
 from .protocol import FRAME_HEADER, SUDO_SOCKET, Kind, encode_json
+
+TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["SudoServer"]
 
@@ -47,13 +63,13 @@ _SO_PEERCRED_FORMAT = "3i"
 
 
 class SudoServer:
-    def __init__(self, loop: asyncio.AbstractEventLoop, *, enabled: bool, max_running: int):
+    def __init__(self, loop: Loop, *, enabled: bool, max_running: int):
         self._loop = loop
         self._enabled = enabled
         self._max_running = max_running
-        self._running: dict[int, asyncio.Future[int]] = {}
+        self._running: dict[int, Future[int]] = {}
         self._listener: socket.socket | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[Task[None]] = set()
 
     def start(self) -> None:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -66,14 +82,14 @@ class SudoServer:
         listener.listen(64)
         listener.setblocking(False)
         self._listener = listener
-        task = asyncio.ensure_future(self._accept(listener))
+        task = spawn(self._accept(listener))
         self._tasks.add(task)
 
     def close(self) -> None:
         for task in self._tasks:
             task.cancel()
         if self._listener is not None:
-            self._listener.close()
+            close_socket(self._listener)
 
     def on_child_exit(self, pid: int, status: int) -> bool:
         """Called by the daemon's reaper; True if ``pid`` was a sudo command."""
@@ -87,12 +103,12 @@ class SudoServer:
     async def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
-                conn, _ = await self._loop.sock_accept(listener)
+                conn, _ = await sock_accept(listener)
             except OSError as exc:
                 log("sudo_accept_failed", error=str(exc))
-                await asyncio.sleep(0.1)
+                await sleep(0.1)
                 continue
-            task = asyncio.ensure_future(self._serve(conn))
+            task = spawn(self._serve(conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -104,7 +120,7 @@ class SudoServer:
                 conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")),
             )
             conn.setblocking(False)
-            request, fds = await asyncio.wait_for(self._read_request(conn), _REQUEST_TIMEOUT_S)
+            request, fds = await wait_for(self._read_request(conn), _REQUEST_TIMEOUT_S)
             if not self._enabled:
                 raise _Refused(
                     "sudo is turned off on this Sandgate server (sandbox.sudo: false); "
@@ -118,12 +134,12 @@ class SudoServer:
                 raise _Refused(f"{request.get('user') or 'root'}: {exc.message}") from None
         except _Refused as exc:
             with contextlib.suppress(OSError):
-                await self._loop.sock_sendall(conn, encode_json({"ok": False, "message": str(exc)}))
-            conn.close()
+                await sock_sendall(conn, encode_json({"ok": False, "message": str(exc)}))
+            close_socket(conn)
             return
         except (OSError, ValueError, EOFError, TimeoutError) as exc:
             log("sudo_request_failed", error=str(exc))
-            conn.close()
+            close_socket(conn)
             return
         finally:
             for fd in fds:
@@ -131,28 +147,23 @@ class SudoServer:
                     os.close(fd)
         log("sudo", caller_uid=uid, caller_pid=pid_, pid=pid, argv0=str(request["argv"][0])[:64])
         try:
-            await self._loop.sock_sendall(
-                conn, encode_json({"ok": True, "ev": "started", "pid": pid})
-            )
+            await sock_sendall(conn, encode_json({"ok": True, "ev": "started", "pid": pid}))
             await self._relay(conn, pid, done)
         except OSError:
             pass
         finally:
-            conn.close()
+            close_socket(conn)
 
-    async def _relay(self, conn: socket.socket, pid: int, done: asyncio.Future[int]) -> None:
+    async def _relay(self, conn: socket.socket, pid: int, done: Future[int]) -> None:
         """Forwards the client's signals until the command ends, then sends its status."""
-        reader: asyncio.Future[bytes] = asyncio.ensure_future(self._loop.sock_recv(conn, 4096))
+        reader: Task[bytes] = spawn(sock_recv(conn, 4096))
         buffer = b""
         try:
             while True:
-                waiting: set[asyncio.Future[Any]] = {reader, done}
-                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                await wait_first((reader, done))
                 if done.done():
                     status = done.result()
-                    await self._loop.sock_sendall(
-                        conn, encode_json({"ev": "exit", "status": status})
-                    )
+                    await sock_sendall(conn, encode_json({"ev": "exit", "status": status}))
                     return
                 chunk = reader.result()
                 if not chunk:  # the client is gone: hang up on the command
@@ -160,12 +171,12 @@ class SudoServer:
                     return
                 buffer += chunk
                 buffer = _forward_signals(buffer, pid)
-                reader = asyncio.ensure_future(self._loop.sock_recv(conn, 4096))
+                reader = spawn(sock_recv(conn, 4096))
         finally:
             reader.cancel()
 
     async def _read_request(self, conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
-        await _readable(self._loop, conn)
+        await readable(conn.fileno())
         data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
         if not data:
             raise EOFError("no request")
@@ -181,14 +192,14 @@ class SudoServer:
         return request, fds
 
     async def _recv_more(self, conn: socket.socket) -> bytes:
-        chunk = await self._loop.sock_recv(conn, 65536)
+        chunk = await sock_recv(conn, 65536)
         if not chunk:
             raise EOFError("request cut short")
         return chunk
 
     def _spawn(
         self, request: dict[str, Any], fds: list[int], caller_uid: int
-    ) -> tuple[int, asyncio.Future[int]]:
+    ) -> tuple[int, Future[int]]:
         target = lookup_user(request.get("user") or "root")
         argv = [str(a) for a in request["argv"]]
         env = {str(k): str(v) for k, v in request["env"].items()}
@@ -220,7 +231,7 @@ class SudoServer:
             if "No such file or directory" in message:
                 message = f"{argv[0]}: command not found"
             raise _Refused(message)
-        done: asyncio.Future[int] = self._loop.create_future()
+        done: Future[int] = self._loop.create_future()
         self._running[pid] = done
         return pid, done
 
@@ -281,17 +292,3 @@ def _primary_gid(uid: int) -> int:
         return pwd.getpwuid(uid).pw_gid
     except KeyError:
         return uid
-
-
-async def _readable(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
-    ready: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(conn.fileno(), wake)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(conn.fileno())

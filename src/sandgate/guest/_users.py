@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pwd
-from dataclasses import dataclass
 
 from ._errors import OpError
 
@@ -16,13 +15,30 @@ MAX_PATH = 4096
 _DEFAULT_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
-@dataclass(frozen=True)
 class User:
-    name: str
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
-    home: str
+    """A user as ``pwd`` knows it; never changed once made, compared by value. A plain class:
+    the daemon's start imports neither ``dataclasses`` nor ``typing`` (``_loop``)."""
+
+    __slots__ = ("gid", "groups", "home", "name", "uid")
+
+    def __init__(self, name: str, uid: int, gid: int, groups: tuple[int, ...], home: str):
+        self.name = name
+        self.uid = uid
+        self.gid = gid
+        self.groups = groups
+        self.home = home
+
+    def _key(self) -> tuple[str, int, int, tuple[int, ...], str]:
+        return (self.name, self.uid, self.gid, self.groups, self.home)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, User) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"User(name={self.name!r}, uid={self.uid}, gid={self.gid})"
 
     def base_env(self) -> dict[str, str]:
         """PATH, HOME, USER and LOGNAME for a process of this user (sandbox envs go on top)."""

@@ -18,7 +18,8 @@ cannot read or write its memory through ``/proc``; a worker that sandbox code st
 and replaced, so a stopped worker never hangs a request. Not done here: resource limits,
 network policy, seccomp (the runtime), authentication of E2B clients (the gateway).
 
-Shape: one asyncio loop and *no threads*, so forking children and workers is safe. One
+Shape: one event loop (``_loop``: selectors, not asyncio, whose import would be most of every
+sandbox's start) and *no threads*, so forking children and workers is safe. One
 request per connection: the daemon reads exactly the first frame (never more, so a file
 upload's DATA frames stay in the socket for the worker) and dispatches it.
 
@@ -28,19 +29,36 @@ Usage: ``python3 -I guest.pyz --listen-fd 3 --config /run/sandgate/guest.json`` 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import gc
 import os
 import signal
 import socket
 import sys
-from typing import Any
 
 from ._config import GuestConfig
 from ._errors import OpError
 from ._log import log
-from ._process import SUBSCRIBER_HIGH_WATER, Process, ProcessTable, SpawnSpec, decode_input
+from ._loop import (
+    BufferedSender,
+    Event,
+    Future,
+    Handle,
+    Task,
+    close_socket,
+    get_loop,
+    readable,
+    run,
+    sleep,
+    sock_accept,
+    sock_connect,
+    sock_recv,
+    sock_sendall,
+    spawn,
+    wait_first,
+    wait_for,
+)
+from ._process import Process, ProcessTable, SpawnSpec, decode_input
 from ._splice import splice
 from ._sudo import SudoServer
 from ._users import User, lookup_user
@@ -55,6 +73,10 @@ from .protocol import (
     decode_json,
     encode_json,
 )
+
+TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["main"]
 
@@ -72,22 +94,22 @@ class _Worker:
         self.alive = True
         #: Loop time of the last request handed to it (``Daemon._retire_idle``).
         self.last_used = now
-        self.idle_timer: asyncio.TimerHandle | None = None
+        self.idle_timer: Handle | None = None
         #: Hand-offs waiting for room in the control socket; failed when it is closed.
-        self.send_waiters: set[asyncio.Future[None]] = set()
+        self.send_waiters: set[Future[None]] = set()
 
 
 class Daemon:
     def __init__(self, config: GuestConfig) -> None:
         self.config = config
-        self.loop = asyncio.get_running_loop()
+        self.loop = get_loop()
         self.processes = ProcessTable(config)
         self.sudo = SudoServer(self.loop, enabled=config.sudo, max_running=config.max_processes)
         self.workers: dict[str, _Worker] = {}
         #: Every worker not reaped yet, retired ones included (they finish what they run).
         self.worker_pids: dict[int, _Worker] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.stopping = asyncio.Event()
+        self.tasks: set[Task[None]] = set()
+        self.stopping = Event()
 
     # ---- lifecycle
 
@@ -105,12 +127,12 @@ class Daemon:
         if self.config.egress_proxy_port:
             from ._egress import start_relay  # only sandboxes with an egress proxy relay
 
-            relay = await start_relay(self.config.egress_proxy_port, EGRESS_SOCKET)
+            relay = start_relay(self.config.egress_proxy_port, EGRESS_SOCKET)
         log("started", pid=os.getpid(), version=PROTOCOL_VERSION)
-        accept = asyncio.ensure_future(self._accept(listener))
+        accept = spawn(self._accept(listener))
         await self.stopping.wait()
         accept.cancel()
-        listener.close()
+        close_socket(listener)
         if relay is not None:
             relay.close()
         self.processes.kill_all()
@@ -122,12 +144,12 @@ class Daemon:
     async def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
-                conn, _ = await self.loop.sock_accept(listener)
+                conn, _ = await sock_accept(listener)
             except OSError as exc:  # EMFILE and friends: back off instead of spinning
                 log("accept_failed", error=str(exc))
-                await asyncio.sleep(0.1)
+                await sleep(0.1)
                 continue
-            task = asyncio.ensure_future(self._handle(conn))
+            task = spawn(self._handle(conn))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
@@ -166,7 +188,7 @@ class Daemon:
         request: dict[str, Any] = {}
         try:
             try:
-                payload = await asyncio.wait_for(self._read_request(conn), _REQUEST_TIMEOUT_S)
+                payload = await wait_for(self._read_request(conn), _REQUEST_TIMEOUT_S)
                 request = decode_json(payload)
             except (TimeoutError, ValueError, EOFError, OSError):
                 return
@@ -180,19 +202,19 @@ class Daemon:
                     raise OpError("unimplemented", f"unknown operation: {op!r}")
                 await handler(self, conn, request)
             except OpError as exc:
-                await self.loop.sock_sendall(conn, encode_json(exc.to_json()))
+                await sock_sendall(conn, encode_json(exc.to_json()))
         except OSError:
             pass  # the client went away
         except Exception as exc:
             log("request_failed", op=str(request.get("op")), error=repr(exc))
             with contextlib.suppress(OSError):
-                await self.loop.sock_sendall(
+                await sock_sendall(
                     conn, encode_json(OpError("internal", f"guest error: {exc}").to_json())
                 )
         finally:
             # A file op's fd now lives on in the worker (SCM_RIGHTS made its own copy); a
-            # stream's transport has already closed this same socket object.
-            conn.close()
+            # stream's sender may have closed this same socket object already.
+            close_socket(conn)
 
     async def _read_request(self, conn: socket.socket) -> bytes:
         header = await self._recv_exact(conn, FRAME_HEADER.size)
@@ -204,7 +226,7 @@ class Daemon:
     async def _recv_exact(self, conn: socket.socket, size: int) -> bytes:
         buf = bytearray()
         while len(buf) < size:
-            chunk = await self.loop.sock_recv(conn, size - len(buf))
+            chunk = await sock_recv(conn, size - len(buf))
             if not chunk:
                 raise EOFError
             buf += chunk
@@ -231,8 +253,8 @@ class Daemon:
         pid = os.fork()
         if pid == 0:
             # Before anything else runs here: the event loop's state came with the fork, and
-            # neither the collector (a transport's finaliser would touch the shared epoll
-            # instance) nor a signal (written to the daemon's wakeup socket) may reach it.
+            # neither the collector (a finaliser closing a socket the daemon watches) nor a
+            # signal (written to the daemon's wakeup socket) may reach it.
             gc.freeze()
             signal.set_wakeup_fd(-1)
             parent.close()
@@ -304,19 +326,19 @@ class Daemon:
                 socket.send_fds(worker.ctrl, [payload], [fd])
                 return
             except BlockingIOError:
-                ready: asyncio.Future[None] = self.loop.create_future()
-                self.loop.add_writer(ctrl_fd, _resolve, ready)
+                ready: Future[None] = self.loop.create_future()
+                handle = self.loop.add_writer(ctrl_fd, _resolve, ready)
                 worker.send_waiters.add(ready)
                 try:
                     await ready
                 finally:
                     worker.send_waiters.discard(ready)
-                    self.loop.remove_writer(ctrl_fd)
+                    self.loop.remove_writer(ctrl_fd, handle)
 
     # ---- unary operations
 
     async def _reply(self, conn: socket.socket, message: dict[str, Any]) -> None:
-        await self.loop.sock_sendall(conn, encode_json(message))
+        await sock_sendall(conn, encode_json(message))
 
     async def op_ping(self, conn: socket.socket, request: dict[str, Any]) -> None:
         await self._reply(conn, {"ok": True, "version": PROTOCOL_VERSION, "pid": os.getpid()})
@@ -352,7 +374,7 @@ class Daemon:
         if not isinstance(after, int) or isinstance(after, bool) or after < 0:
             raise OpError("invalid_argument", "after must be a non-negative integer")
         body = self.processes.journal.reply(after)
-        await self.loop.sock_sendall(conn, FRAME_HEADER.pack(Kind.JSON, len(body)) + body)
+        await sock_sendall(conn, FRAME_HEADER.pack(Kind.JSON, len(body)) + body)
 
     async def op_list(self, conn: socket.socket, request: dict[str, Any]) -> None:
         infos = [proc.info() for proc in self.processes.running.values()]
@@ -383,72 +405,68 @@ class Daemon:
     async def op_spawn(self, conn: socket.socket, request: dict[str, Any]) -> None:
         spec = SpawnSpec.from_request(request)
         user = self.user(request)
-        reader, writer = await asyncio.open_unix_connection(sock=conn)
+        sender = BufferedSender(conn)
         try:
             # No await between spawning and subscribing: the first output must not be missed.
             proc = self.processes.spawn(spec, user)
         except OpError as exc:
-            writer.write(encode_json(exc.to_json()))
-            await _close(writer)
+            sender.write(encode_json(exc.to_json()))
+            await sender.close(_CLOSE_TIMEOUT_S)
             return
-        await self._stream(reader, writer, proc)
+        await self._stream(conn, sender, proc)
 
     async def op_connect(self, conn: socket.socket, request: dict[str, Any]) -> None:
         proc = self.processes.find(request)
-        reader, writer = await asyncio.open_unix_connection(sock=conn)
-        await self._stream(reader, writer, proc)
+        await self._stream(conn, BufferedSender(conn), proc)
 
-    async def _stream(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, proc: Process
-    ) -> None:
-        """Sends start, live output and end; the client leaving only unsubscribes it."""
-        writer.transport.set_write_buffer_limits(high=SUBSCRIBER_HIGH_WATER)
-        writer.write(encode_json({"ev": "start", "pid": proc.pid}))
+    async def _stream(self, conn: socket.socket, sender: BufferedSender, proc: Process) -> None:
+        """Sends start, live output and end; the client leaving only unsubscribes it. The
+        client sends nothing on a stream: the socket turning readable means it left."""
+        sender.write(encode_json({"ev": "start", "pid": proc.pid}))
         if proc.end is not None:
-            writer.write(encode_json(proc.end))
-            await _close(writer)
+            sender.write(encode_json(proc.end))
+            await sender.close(_CLOSE_TIMEOUT_S)
             return
-        proc.subscribers.add(writer)
-        ended = asyncio.ensure_future(proc.ended.wait())
-        gone = asyncio.ensure_future(reader.read(1))
+        proc.subscribers.add(sender)
+        ended = spawn(proc.ended.wait())
+        gone = spawn(readable(conn.fileno()))
         try:
-            await asyncio.wait({ended, gone}, return_when=asyncio.FIRST_COMPLETED)
+            await wait_first((ended, gone, sender.lost))
         finally:
-            proc.subscribers.discard(writer)
+            proc.subscribers.discard(sender)
             ended.cancel()
             gone.cancel()
         if proc.ended.is_set():
-            await _close(writer)
+            await sender.close(_CLOSE_TIMEOUT_S)
         else:
-            writer.transport.abort()
+            sender.abort()
 
     async def op_tunnel(self, conn: socket.socket, request: dict[str, Any]) -> None:
         port = request.get("port")
         if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
             raise OpError("invalid_argument", "port must be an integer in 1..65535")
         try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
+            upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         except OSError:
             raise OpError("unavailable", "port is not open") from None
         try:
-            await self.loop.sock_sendall(conn, encode_json({"ok": True}))
-            reader, writer = await asyncio.open_unix_connection(sock=conn)
+            upstream.setblocking(False)
+            await sock_connect(upstream, ("127.0.0.1", port))
         except OSError:
-            up_writer.close()
+            close_socket(upstream)
+            raise OpError("unavailable", "port is not open") from None
+        except BaseException:
+            close_socket(upstream)
             raise
-        await splice(reader, writer, up_reader, up_writer)
+        try:
+            await sock_sendall(conn, encode_json({"ok": True}))
+        except BaseException:
+            close_socket(upstream)
+            raise
+        await splice(conn, upstream)
 
 
-async def _close(writer: asyncio.StreamWriter) -> None:
-    """Closes after the buffered frames are sent, or aborts if the client stops reading."""
-    writer.close()
-    try:
-        await asyncio.wait_for(writer.wait_closed(), _CLOSE_TIMEOUT_S)
-    except (TimeoutError, OSError):
-        writer.transport.abort()
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
+def _resolve(future: Future[None]) -> None:
     if not future.done():
         future.set_result(None)
 
@@ -569,7 +587,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         assert socket_path is not None
         listener = _listen(socket_path)
-    asyncio.run(_run(listener, config))
+    run(_run(listener, config))
 
 
 if __name__ == "__main__":

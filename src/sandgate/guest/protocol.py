@@ -68,9 +68,12 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any, Final
 
 from sandgate.strictjson import loads_object
+
+TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 __all__ = [
     "DISK_FULL",

@@ -28,6 +28,17 @@ _NOT_AT_START = (
     "sandgate.guest._inotify",
     "sandgate.guest._egress",
     "sandgate.guest._dirs",
+    # The daemon runs on its own selector loop (``_loop``): asyncio alone was most of the
+    # guest's start-up, and it brings concurrent.futures, logging and threading with it.
+    "asyncio",
+    "concurrent",
+    "logging",
+    "threading",
+    # Plain classes instead of dataclasses (which import inspect, ast, dis), and types only
+    # under TYPE_CHECKING: each is memory and milliseconds every idle sandbox pays.
+    "dataclasses",
+    "inspect",
+    "typing",
 )
 
 
