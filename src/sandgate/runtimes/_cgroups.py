@@ -171,8 +171,15 @@ class SandboxCgroup:
     def pids(self) -> list[int]:
         found: set[int] = set()
         for path in self._dirs.values():
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 found.update(int(p) for p in (path / "cgroup.procs").read_text().split())
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                # ENODEV: the cgroup was removed between the open and the read (another
+                # process ending the same sandbox): it has no processes any more.
+                if exc.errno != errno.ENODEV:
+                    raise
         return sorted(found)
 
     def freeze(self) -> None:

@@ -1091,22 +1091,30 @@ class SandboxService:
         await self._terminate(sandbox_id, reason=reason)
 
     async def _terminate(self, sandbox_id: str, *, reason: str) -> None:
+        """Kills a sandbox and records it, once: under the sandbox's lock, and a sandbox
+        already killed meanwhile is left as it is. Why: a user's kill and the reaper's exit
+        check (a guest stops answering while it is being killed, which looks like a guest
+        that exited) used to run at once, and the slower found its cgroup half removed."""
         self._routes.pop(sandbox_id, None)
+        async with self._lock(sandbox_id):
+            row = self._store.sandbox(sandbox_id)
+            if row is not None and row.state == SandboxState.KILLED.value:
+                return
+            if row is not None and row.state in KEPT_STATES:
+                check_transition(sandbox_id, SandboxState(row.state), SandboxState.KILLED)
+            if row is not None and row.state == SandboxState.RUNNING.value:
+                await self._before_stop(row)
+            await self._runtime.kill(sandbox_id)
+            await self._detach(sandbox_id)
+            shutil.rmtree(self._root / sandbox_id, ignore_errors=True)
+            await self._snapshots.forget_sandbox(sandbox_id)
+            if row is not None:
+                self._store.update_sandbox(
+                    sandbox_id, state=SandboxState.KILLED.value, ended_at=datetime.now(UTC)
+                )
+                await self._record("sandbox.killed", row, reason=reason)
+            self._routes.pop(sandbox_id, None)
         self._locks.pop(sandbox_id, None)
-        row = self._store.sandbox(sandbox_id)
-        if row is not None and row.state in KEPT_STATES:
-            check_transition(sandbox_id, SandboxState(row.state), SandboxState.KILLED)
-        if row is not None and row.state == SandboxState.RUNNING.value:
-            await self._before_stop(row)
-        await self._runtime.kill(sandbox_id)
-        await self._detach(sandbox_id)
-        shutil.rmtree(self._root / sandbox_id, ignore_errors=True)
-        await self._snapshots.forget_sandbox(sandbox_id)
-        if row is not None:
-            self._store.update_sandbox(
-                sandbox_id, state=SandboxState.KILLED.value, ended_at=datetime.now(UTC)
-            )
-            await self._record("sandbox.killed", row, reason=reason)
         log.info("sandbox.killed", sandbox=sandbox_id, reason=reason)
 
     async def _discard(self, sandbox_id: str) -> None:

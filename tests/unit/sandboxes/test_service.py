@@ -290,3 +290,33 @@ def test_a_host_directory_is_readable_inside_whatever_the_gateways_umask(home: P
             }
 
     _run(home, body, warm_pool=1)
+
+
+def test_two_kills_at_once_kill_and_record_the_sandbox_once(home: Path) -> None:
+    # A user's kill and the reaper's exit check (a guest that stops answering mid-kill looks
+    # exited) used to run at once: the slower found the sandbox half removed and answered 503.
+    async def body(h: Harness) -> None:
+        row = await h.service.create(h.principal, _request())
+        gate = asyncio.Event()
+        kills: list[str] = []
+        real_kill = h.runtime.kill
+
+        async def slow_kill(sandbox_id: str) -> None:
+            kills.append(sandbox_id)
+            await gate.wait()
+            await real_kill(sandbox_id)
+
+        h.runtime.kill = slow_kill  # type: ignore[method-assign]
+        user = asyncio.create_task(h.service.kill(h.principal, row.id))
+        while not kills:
+            await asyncio.sleep(0)
+        operator = asyncio.create_task(h.service.kill_any(row.id))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        gate.set()
+        await user
+        assert await operator is True  # it was live when asked; it is killed, once
+        assert kills == [row.id]
+        assert h.state(row.id) == SandboxState.KILLED.value
+
+    _run(home, body)
