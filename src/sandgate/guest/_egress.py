@@ -16,9 +16,8 @@ import socket
 from ._log import log
 from ._loop import (
     Task,
+    accept_forever,
     close_socket,
-    sleep,
-    sock_accept,
     sock_connect,
     sock_sendall,
     spawn,
@@ -44,23 +43,13 @@ class Relay:
         self._listener = listener
         self._socket_path = socket_path
         self._tasks: set[Task[None]] = set()
-        self._accept = spawn(self._accept_loop())
+        self._accept = spawn(
+            accept_forever(listener, self._relay, self._tasks, "egress_accept_failed")
+        )
 
     def close(self) -> None:
         self._accept.cancel()
         close_socket(self._listener)
-
-    async def _accept_loop(self) -> None:
-        while True:
-            try:
-                conn, _ = await sock_accept(self._listener)
-            except OSError as exc:  # EMFILE and friends: back off instead of spinning
-                log("egress_accept_failed", error=str(exc))
-                await sleep(0.1)
-                continue
-            task = spawn(self._relay(conn))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
 
     async def _relay(self, conn: socket.socket) -> None:
         try:

@@ -68,6 +68,7 @@ __all__ = [
     "Lock",
     "Loop",
     "Task",
+    "accept_forever",
     "close_socket",
     "get_loop",
     "readable",
@@ -644,6 +645,27 @@ async def sock_accept(listener: socket.socket) -> tuple[socket.socket, Any]:
             continue
         conn.setblocking(False)
         return conn, address
+
+
+async def accept_forever(
+    listener: socket.socket,
+    handle: Callable[[socket.socket], Coroutine[Any, Any, None]],
+    tasks: set[Task[None]],
+    failure_event: str,
+) -> None:
+    """Accepts connections until cancelled and runs ``handle(conn)`` for each as a task held
+    in ``tasks`` until it ends. A failing accept (EMFILE and friends) is logged as
+    ``failure_event`` and retried after 0.1 s instead of spinning."""
+    while True:
+        try:
+            conn, _ = await sock_accept(listener)
+        except OSError as exc:
+            log(failure_event, error=str(exc))
+            await sleep(0.1)
+            continue
+        task = spawn(handle(conn))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
 
 async def sock_connect(sock: socket.socket, address: Any) -> None:

@@ -35,10 +35,9 @@ from ._loop import (
     Future,
     Loop,
     Task,
+    accept_forever,
     close_socket,
     readable,
-    sleep,
-    sock_accept,
     sock_recv,
     sock_sendall,
     spawn,
@@ -82,7 +81,7 @@ class SudoServer:
         listener.listen(64)
         listener.setblocking(False)
         self._listener = listener
-        task = spawn(self._accept(listener))
+        task = spawn(accept_forever(listener, self._serve, self._tasks, "sudo_accept_failed"))
         self._tasks.add(task)
 
     def close(self) -> None:
@@ -99,18 +98,6 @@ class SudoServer:
         if not done.done():
             done.set_result(status)
         return True
-
-    async def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                conn, _ = await sock_accept(listener)
-            except OSError as exc:
-                log("sudo_accept_failed", error=str(exc))
-                await sleep(0.1)
-                continue
-            task = spawn(self._serve(conn))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
 
     async def _serve(self, conn: socket.socket) -> None:
         fds: list[int] = []

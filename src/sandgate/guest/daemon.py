@@ -45,12 +45,11 @@ from ._loop import (
     Future,
     Handle,
     Task,
+    accept_forever,
     close_socket,
     get_loop,
     readable,
     run,
-    sleep,
-    sock_accept,
     sock_connect,
     sock_recv,
     sock_sendall,
@@ -129,7 +128,7 @@ class Daemon:
 
             relay = start_relay(self.config.egress_proxy_port, EGRESS_SOCKET)
         log("started", pid=os.getpid(), version=PROTOCOL_VERSION)
-        accept = spawn(self._accept(listener))
+        accept = spawn(accept_forever(listener, self._handle, self.tasks, "accept_failed"))
         await self.stopping.wait()
         accept.cancel()
         close_socket(listener)
@@ -140,18 +139,6 @@ class Daemon:
         for worker in list(self.workers.values()):
             self._retire(worker)
         log("stopped")
-
-    async def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                conn, _ = await sock_accept(listener)
-            except OSError as exc:  # EMFILE and friends: back off instead of spinning
-                log("accept_failed", error=str(exc))
-                await sleep(0.1)
-                continue
-            task = spawn(self._handle(conn))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
 
     def reap(self) -> None:
         while True:
