@@ -5,12 +5,27 @@ from __future__ import annotations
 import asyncio
 import os
 import select
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sandgate.guest.client import Ended, GuestClient, Output, ProcessStream, Started
 
 T = TypeVar("T")
+
+
+def probe_guest_pyz(guest_pyz: Path, probe: str) -> str:
+    """Runs ``probe`` in a fresh ``python3 -I -S`` with ``guest_pyz`` as ``sys.argv[1]`` (the
+    guest's own interpreter flags); returns its stdout. Raises if the probe fails."""
+    return subprocess.run(
+        [sys.executable, "-I", "-S", "-c", probe, str(guest_pyz)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

@@ -8,7 +8,6 @@ import os
 import pwd
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -21,7 +20,7 @@ from sandgate.guest.client import GuestClient, GuestError, GuestUnavailable
 from sandgate.guest.protocol import FRAME_HEADER, Kind, encode_frame, encode_json
 
 from .conftest import RunningGuest
-from .helpers import run, run_cmd
+from .helpers import probe_guest_pyz, run, run_cmd
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -281,12 +280,7 @@ def test_guest_modules_are_stdlib_only(guest_pyz: Path) -> None:
         "import sandgate.guest.daemon, sandgate.guest._inotify, sandgate.guest._zipapp;"
         "print('\\n'.join(sorted(sys.modules)))"
     )
-    out = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", probe, str(guest_pyz)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    out = probe_guest_pyz(guest_pyz, probe).split()
     outside = [
         m
         for m in out

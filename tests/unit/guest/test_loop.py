@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -35,6 +33,8 @@ from sandgate.guest._loop import (
     wait_for,
 )
 from sandgate.guest._splice import splice
+
+from .helpers import probe_guest_pyz
 
 
 def test_timers_fire_in_deadline_order_and_a_cancelled_one_never() -> None:
@@ -377,11 +377,4 @@ def test_the_loop_imports_only_what_the_daemon_already_loads(guest_pyz: Path) ->
         "print(sorted(m for m in ('asyncio', 'concurrent', 'logging', 'threading')"
         " if m in sys.modules))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", probe, str(guest_pyz)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    assert done.stdout.strip() == "[]"
+    assert probe_guest_pyz(guest_pyz, probe).strip() == "[]"

@@ -16,6 +16,8 @@ import pytest
 from sandgate.guest.daemon import _parse_args
 from sandgate.runtimes.base import GUEST_BOOT
 
+from .helpers import probe_guest_pyz
+
 #: Imported by the worker or by rare requests only, never by the daemon's start.
 _NOT_AT_START = (
     "argparse",
@@ -85,11 +87,4 @@ def test_daemon_start_imports_no_module_only_rare_requests_need(guest_pyz: Path)
         boot + "import sandgate.guest.daemon\n"
         f"print(sorted(m for m in {_NOT_AT_START!r} if m in sys.modules))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", probe, str(guest_pyz)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    assert done.stdout.strip() == "[]"
+    assert probe_guest_pyz(guest_pyz, probe).strip() == "[]"
