@@ -8,7 +8,8 @@ SDK, smolagents, langchain-e2b, e2b-haystack), each exercised by its own scenari
 Each client lives in its own isolated environment under ``.cache/compat/<name>/`` (git-ignored),
 built from a lock file committed in ``tests/compat/clients/``:
 
-* Python: ``uv venv --python 3.11`` then ``uv pip sync --require-hashes requirements.txt``.
+* Python: ``uv venv --python 3.11`` then ``uv pip sync --require-hashes --compile-bytecode
+  requirements.txt``.
 * JS: a copy of ``package.json`` + ``package-lock.json``, then ``npm ci``; afterwards exactly one
   ``e2b`` version may be installed, or the code-interpreter package would talk through another.
 
@@ -41,7 +42,7 @@ SCENARIOS_DIR = COMPAT_DIR / "scenarios"
 CACHE_ROOT = REPO_ROOT / ".cache" / "compat"
 
 #: Bump when the preparation recipe changes, so existing environments are rebuilt.
-_RECIPE = "1"
+_RECIPE = "2"
 _PREPARE_TIMEOUT_S = 900
 _SCRIPT_TIMEOUT_S = 240
 #: Variables kept from the test process when running a scenario; everything else (E2B_*,
@@ -251,6 +252,10 @@ def _prepare_python(client: PreparedClient) -> None:
             "pip",
             "sync",
             "--require-hashes",
+            # Bytecode now, once: a scenario is a fresh interpreter, which would otherwise
+            # compile every module it imports, every run, where .pyc files are not written
+            # (PYTHONDONTWRITEBYTECODE, as on the CI image).
+            "--compile-bytecode",
             "--python",
             str(client.python),
             str(client.spec.source / "requirements.txt"),
