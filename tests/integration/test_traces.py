@@ -215,18 +215,19 @@ def test_an_agent_run_is_one_trace_with_its_run_id(
     )
     assert started.status_code == 201, started.text
     run_id = started.json()["id"]
-    final = wait_for(
-        lambda: (
-            body
-            if (body := httpx.get(f"{server.url}/v1/runs/{run_id}", headers=headers).json())[
-                "state"
-            ]
-            not in ("queued", "running")
-            else None
-        ),
-        180,
-        "the end of the run",
-    )
+    # A bound that only catches a hang: a poll has taken over httpx's default 5 s on a
+    # loaded 2-core machine while the run started its sandbox.
+    with httpx.Client(headers=headers, timeout=60) as http:
+        final = wait_for(
+            lambda: (
+                body
+                if (body := http.get(f"{server.url}/v1/runs/{run_id}").json())["state"]
+                not in ("queued", "running")
+                else None
+            ),
+            180,
+            "the end of the run",
+        )
     assert final["state"] == "completed", final
     assert final["usage"]["tool_calls"] == 1
 

@@ -1094,7 +1094,12 @@ class SandboxService:
         """Kills a sandbox and records it, once: under the sandbox's lock, and a sandbox
         already killed meanwhile is left as it is. Why: a user's kill and the reaper's exit
         check (a guest stops answering while it is being killed, which looks like a guest
-        that exited) used to run at once, and the slower found its cgroup half removed."""
+        that exited) used to run at once, and the slower found its cgroup half removed.
+
+        Across processes (``sandgate sandbox kill`` next to a running server, whose exit
+        check sees the sandbox die) the lock cannot help: the row is marked killed *before*
+        the runtime kill, by a compare-and-set the store decides, and only its winner kills
+        and records; a failed kill puts the row back as it was."""
         self._routes.pop(sandbox_id, None)
         async with self._lock(sandbox_id):
             row = self._store.sandbox(sandbox_id)
@@ -1104,14 +1109,21 @@ class SandboxService:
                 check_transition(sandbox_id, SandboxState(row.state), SandboxState.KILLED)
             if row is not None and row.state == SandboxState.RUNNING.value:
                 await self._before_stop(row)
-            await self._runtime.kill(sandbox_id)
+            if row is not None and not self._store.update_sandbox_if(
+                sandbox_id, row.state, state=SandboxState.KILLED.value, ended_at=datetime.now(UTC)
+            ):
+                log.info("sandbox.kill_skipped", sandbox=sandbox_id, why="ended elsewhere")
+                return
+            try:
+                await self._runtime.kill(sandbox_id)
+            except BaseException:
+                if row is not None:
+                    self._store.update_sandbox(sandbox_id, state=row.state, ended_at=row.ended_at)
+                raise
             await self._detach(sandbox_id)
             shutil.rmtree(self._root / sandbox_id, ignore_errors=True)
             await self._snapshots.forget_sandbox(sandbox_id)
             if row is not None:
-                self._store.update_sandbox(
-                    sandbox_id, state=SandboxState.KILLED.value, ended_at=datetime.now(UTC)
-                )
                 await self._record("sandbox.killed", row, reason=reason)
             self._routes.pop(sandbox_id, None)
         self._locks.pop(sandbox_id, None)

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
-from sqlalchemy import Engine, Table, create_engine, event, func, insert, select
+from sqlalchemy import Engine, Table, create_engine, event, func, insert, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -164,6 +164,18 @@ class Store:
             for name, value in values.items():
                 setattr(row, name, value)
             return row
+
+    def update_sandbox_if(self, sandbox_id: str, expected: str, /, **values: Any) -> bool:
+        """Sets ``values`` only while the sandbox's state is still ``expected``, in one statement;
+        False when it is not (gone, or moved on by another process meanwhile). What two
+        gateways acting on one sandbox (a server and a CLI kill) decide the winner with."""
+        with self.session() as s:
+            result = s.execute(
+                update(Sandbox)
+                .where(Sandbox.id == sandbox_id, Sandbox.state == expected)
+                .values(**values)
+            )
+            return bool(cast(Any, result).rowcount == 1)
 
     def delete_sandbox(self, sandbox_id: str) -> None:
         with self.session() as s:

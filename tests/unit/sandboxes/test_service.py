@@ -9,7 +9,7 @@ import asyncio
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,6 +25,7 @@ from sandgate.runtimes import RuntimeState
 from sandgate.sandboxes import CreateRequest, SandboxService, SandboxState
 from sandgate.sandboxes.catalog import register
 from sandgate.store import Store
+from sandgate.store.models import Sandbox
 from sandgate.templates import BuiltTemplate
 from tests.fixtures.fake_runtime import FakeRuntime
 
@@ -61,11 +62,31 @@ def home() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _service(home: Path, store: Store, runtime: FakeRuntime) -> SandboxService:
+def _service(
+    home: Path, store: Store, runtime: FakeRuntime, observers: Sequence[Events] = ()
+) -> SandboxService:
     config = load_config(home / "sandgate.yaml", environ={"SANDGATE_HOME": str(home)})
     return SandboxService(
-        config, store, runtime, instance_id="test", guest_zipapp=home / "guest.pyz"
+        config,
+        store,
+        runtime,
+        instance_id="test",
+        guest_zipapp=home / "guest.pyz",
+        observers=observers,
     )
+
+
+class Events:
+    """A lifecycle observer that keeps the events it hears of, with their reasons."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, object]] = []
+
+    async def on_event(self, event: str, row: Sandbox, detail: Mapping[str, object]) -> None:
+        self.seen.append((event, row.id, detail.get("reason")))
+
+    async def before_stop(self, row: Sandbox) -> None:
+        return None
 
 
 def _run(home: Path, body: Callable[[Harness], Awaitable[T]], *, warm_pool: int = 0) -> T:
@@ -315,8 +336,60 @@ def test_two_kills_at_once_kill_and_record_the_sandbox_once(home: Path) -> None:
             await asyncio.sleep(0)
         gate.set()
         await user
-        assert await operator is True  # it was live when asked; it is killed, once
+        # The row says killed from the moment the first kill began: the second finds
+        # nothing live to kill (a clear "not found", never a 503), and the sandbox is killed once.
+        assert await operator is False
         assert kills == [row.id]
         assert h.state(row.id) == SandboxState.KILLED.value
+
+    _run(home, body)
+
+
+def test_a_kill_from_another_process_is_recorded_once_as_its_own(home: Path) -> None:
+    # `sandgate sandbox kill` next to a running server: the server's exit check saw the
+    # sandbox die mid-kill and recorded "stopped on its own" besides the CLI's "killed by
+    # operator". Per-process locks cannot see each other; the store's compare-and-set does.
+    async def body(h: Harness) -> None:
+        row = await h.service.create(h.principal, _request())
+        events = Events()
+        cli = _service(h.home, h.store, h.runtime, observers=[events])
+        gate = asyncio.Event()
+        real_kill = h.runtime.kill
+
+        async def killing(sandbox_id: str) -> None:
+            await real_kill(sandbox_id)  # gone from the runtime, as the server will see
+            await gate.wait()
+
+        h.runtime.kill = killing  # type: ignore[method-assign]
+        in_flight = asyncio.create_task(cli.kill_any(row.id))
+        while await h.runtime.pid(row.id) is not None:
+            await asyncio.sleep(0)
+        server_events = Events()
+        server = _service(h.home, h.store, h.runtime, observers=[server_events])
+        await server._terminate(row.id, reason="its sandbox stopped on its own")
+        gate.set()
+        assert await in_flight is True
+        assert events.seen == [("sandbox.killed", row.id, "killed by operator")]
+        assert server_events.seen == []
+        assert h.state(row.id) == SandboxState.KILLED.value
+        await cli.stop()
+        await server.stop()
+
+    _run(home, body)
+
+
+def test_a_failed_runtime_kill_leaves_the_sandbox_as_it_was(home: Path) -> None:
+    async def body(h: Harness) -> None:
+        row = await h.service.create(h.principal, _request())
+
+        async def failing(sandbox_id: str) -> None:
+            raise RuntimeUnavailable("the engine went away")
+
+        h.runtime.kill = failing  # type: ignore[method-assign]
+        with pytest.raises(RuntimeUnavailable):
+            await h.service.kill(h.principal, row.id)
+        kept = h.store.sandbox(row.id)
+        assert kept is not None
+        assert (kept.state, kept.ended_at) == (SandboxState.RUNNING.value, None)
 
     _run(home, body)
