@@ -63,13 +63,13 @@ workflows:
 Samples = tuple[list[float], list[float]]
 
 
-def process_time(argv: list[str], samples: int) -> Samples:
+def process_time(argv: list[str], samples: int, env: dict[str, str] | None = None) -> Samples:
     """Exec to exit of ``argv``: wall time, and CPU time (user + system) of the process."""
     times, cpu = [], []
     for _ in range(samples):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
         times.append(time.perf_counter() - started)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
@@ -82,7 +82,15 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def serve_time(server: RunningServer, samples: int) -> Samples:
+def no_bytecode(base: dict[str, str]) -> dict[str, str]:
+    """``base`` where no ``.pyc`` is found nor written: every module compiled from source at
+    every start, as on a host with ``PYTHONDONTWRITEBYTECODE`` set and no bytecode compiled
+    ahead (the CI image sets it; scripts/serve and scripts/test now compile ahead)."""
+    empty = tempfile.mkdtemp(prefix="sg-bench-nopyc-")
+    return {**base, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": empty}
+
+
+def serve_time(server: RunningServer, samples: int, env: dict[str, str] | None = None) -> Samples:
     """Exec of ``sandgate serve`` to its first 200 on ``/health``: wall time, and the server
     process's CPU time at that moment (less sensitive to a busy machine than wall time)."""
     argv = [sys.executable, "-m", "sandgate", "serve", *server.args]
@@ -93,7 +101,7 @@ def serve_time(server: RunningServer, samples: int) -> Samples:
             with server.log_path.open("ab") as log:
                 process = subprocess.Popen(
                     argv,
-                    env=server.server_env,
+                    env=env or server.server_env,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -138,6 +146,14 @@ def main() -> None:
             ),
             "serve → healthy (default config)": serve_time(default, args.samples),
             "serve → healthy (workflow, MCP tool, agent)": serve_time(features, args.samples),
+            "import sandgate.api.app, no .pyc": process_time(
+                [python, "-c", "import sandgate.api.app"],
+                args.samples,
+                no_bytecode(dict(os.environ)),
+            ),
+            "serve → healthy (default config), no .pyc": serve_time(
+                default, args.samples, no_bytecode(default.server_env)
+            ),
         }
     finally:
         factory.close()
@@ -171,12 +187,19 @@ Reproduce: `uv run python bench/serve_start.py --samples {args.samples}`.
 |---|---|---|---|---|
 {rows}
 
+The "no .pyc" rows compile every module from source at each start (an empty
+`PYTHONPYCACHEPREFIX`, nothing written): what every `sandgate` process paid where
+`PYTHONDONTWRITEBYTECODE` is set, as on the CI image, before scripts/serve and scripts/test
+compiled the environment and the sources ahead (`uv sync --compile-bytecode`, `compileall`).
+A `pip install` compiles at install time; `uv sync` does not unless asked.
+
 The test suite starts a real server a few hundred times; what the server imports before it
 serves is paid each time. Optional parts are imported when they are configured or first
 used: the MCP SDK when an `mcp` tool is configured or at the first `/v1/mcp` request, DBOS
 when workflows may have work at start (shared workflows, unfinished runs, an explicit
 `workflows.database_url`) or at the first run, a model provider's SDK when an agent first
-calls it.
+calls it. Still imported by every start: the Docker SDK (also on bwrap-only servers) and,
+through the CLI, every command's modules (`rich.markdown` for `chat`).
 """,
     )
 
