@@ -123,6 +123,21 @@ def test_counts_and_expiry(store: Store) -> None:
     assert store.sandbox("new").started_at.tzinfo is not None  # type: ignore[union-attr]
 
 
+def test_a_conditional_sandbox_update_has_one_winner(store: Store) -> None:
+    # What two processes killing one sandbox decide by (SandboxService._terminate): the
+    # second compare-and-set finds the state moved on and changes nothing.
+    team = store.get_or_create_team("t3", "team_t3", datetime.now(UTC))
+    now = datetime.now(UTC)
+    store.add_sandbox(_sandbox(team.id, "cas", now))
+    assert store.update_sandbox_if("cas", "running", state="killed", ended_at=now) is True
+    later = now + timedelta(seconds=5)
+    assert store.update_sandbox_if("cas", "running", state="killed", ended_at=later) is False
+    row = store.sandbox("cas")
+    assert row is not None and row.state == "killed"
+    assert row.ended_at is not None and abs((row.ended_at - now).total_seconds()) < 1
+    assert store.update_sandbox_if("missing", "running", state="killed") is False
+
+
 def test_audit_search_is_the_teams_newest_first_with_filters(store: Store) -> None:
     """The console's audit search: one team's rows only, newest first, exact fields, an
     event prefix taken literally (``_`` and ``%`` are not wildcards), a time range."""
