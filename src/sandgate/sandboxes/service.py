@@ -1102,32 +1102,39 @@ class SandboxService:
         and records; a failed kill puts the row back as it was."""
         self._routes.pop(sandbox_id, None)
         async with self._lock(sandbox_id):
-            row = self._store.sandbox(sandbox_id)
-            if row is not None and row.state == SandboxState.KILLED.value:
-                return
-            if row is not None and row.state in KEPT_STATES:
-                check_transition(sandbox_id, SandboxState(row.state), SandboxState.KILLED)
-            if row is not None and row.state == SandboxState.RUNNING.value:
-                await self._before_stop(row)
-            if row is not None and not self._store.update_sandbox_if(
-                sandbox_id, row.state, state=SandboxState.KILLED.value, ended_at=datetime.now(UTC)
-            ):
-                log.info("sandbox.kill_skipped", sandbox=sandbox_id, why="ended elsewhere")
-                return
-            try:
-                await self._runtime.kill(sandbox_id)
-            except BaseException:
-                if row is not None:
-                    self._store.update_sandbox(sandbox_id, state=row.state, ended_at=row.ended_at)
-                raise
-            await self._detach(sandbox_id)
-            shutil.rmtree(self._root / sandbox_id, ignore_errors=True)
-            await self._snapshots.forget_sandbox(sandbox_id)
+            killed = await self._kill_once(sandbox_id, reason)
+        self._locks.pop(sandbox_id, None)  # also when another kill got there first
+        if killed:
+            log.info("sandbox.killed", sandbox=sandbox_id, reason=reason)
+
+    async def _kill_once(self, sandbox_id: str, reason: str) -> bool:
+        """``_terminate``'s work under the sandbox's lock; False when it was not this
+        call's to do (already killed, or ended by another process meanwhile)."""
+        row = self._store.sandbox(sandbox_id)
+        if row is not None and row.state == SandboxState.KILLED.value:
+            return False
+        if row is not None and row.state in KEPT_STATES:
+            check_transition(sandbox_id, SandboxState(row.state), SandboxState.KILLED)
+        if row is not None and row.state == SandboxState.RUNNING.value:
+            await self._before_stop(row)
+        if row is not None and not self._store.update_sandbox_if(
+            sandbox_id, row.state, state=SandboxState.KILLED.value, ended_at=datetime.now(UTC)
+        ):
+            log.info("sandbox.kill_skipped", sandbox=sandbox_id, why="ended elsewhere")
+            return False
+        try:
+            await self._runtime.kill(sandbox_id)
+        except BaseException:
             if row is not None:
-                await self._record("sandbox.killed", row, reason=reason)
-            self._routes.pop(sandbox_id, None)
-        self._locks.pop(sandbox_id, None)
-        log.info("sandbox.killed", sandbox=sandbox_id, reason=reason)
+                self._store.update_sandbox(sandbox_id, state=row.state, ended_at=row.ended_at)
+            raise
+        await self._detach(sandbox_id)
+        shutil.rmtree(self._root / sandbox_id, ignore_errors=True)
+        await self._snapshots.forget_sandbox(sandbox_id)
+        if row is not None:
+            await self._record("sandbox.killed", row, reason=reason)
+        self._routes.pop(sandbox_id, None)
+        return True
 
     async def _discard(self, sandbox_id: str) -> None:
         """Undoes a failed create completely (the sandbox never existed)."""

@@ -371,6 +371,7 @@ def test_a_kill_from_another_process_is_recorded_once_as_its_own(home: Path) -> 
         assert await in_flight is True
         assert events.seen == [("sandbox.killed", row.id, "killed by operator")]
         assert server_events.seen == []
+        assert row.id not in server._locks  # the loser's lock is not kept either
         assert h.state(row.id) == SandboxState.KILLED.value
         await cli.stop()
         await server.stop()
