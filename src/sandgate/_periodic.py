@@ -13,9 +13,10 @@ is logged by asyncio when the task is collected, and re-raised by ``stop``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
+
+from sandgate._tasks import cancel_and_wait
 
 __all__ = ["Periodic"]
 
@@ -69,9 +70,7 @@ class Periodic(Generic[E]):
         """Cancels the task (mid-tick or mid-wait) and waits until it has ended."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task, absorb=())
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

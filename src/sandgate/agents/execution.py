@@ -22,6 +22,7 @@ import time
 from importlib import resources
 from typing import Literal
 
+from sandgate._tasks import cancel_and_wait
 from sandgate.agents.steps import CodeStep
 from sandgate.errors import SandboxUnavailable
 from sandgate.guest.client import Ended, GuestClient, GuestError, Output, ProcessStream
@@ -100,9 +101,7 @@ class SandboxCode:
     async def close(self) -> None:
         """Stops reading (the Python process keeps running for the next run)."""
         if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+            await cancel_and_wait(self._reader)
             self._reader = None
         if self._stream is not None:
             await self._stream.aclose()
@@ -124,7 +123,8 @@ class SandboxCode:
             await self._guest.send_input(f"{cell} {self._limit}\n".encode(), tag=self._tag)
             result: dict[str, object] | None
             try:
-                result = await asyncio.wait_for(asyncio.shield(future), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    result = await asyncio.shield(future)
             except TimeoutError:
                 step.timed_out = True
                 result = await self._interrupt(future, step)
@@ -147,7 +147,8 @@ class SandboxCode:
         with contextlib.suppress(GuestError):
             await self._guest.signal(signal.SIGINT, tag=self._tag)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), _INTERRUPT_GRACE_S)
+            async with asyncio.timeout(_INTERRUPT_GRACE_S):
+                return await asyncio.shield(future)
         except TimeoutError:
             with contextlib.suppress(GuestError):
                 await self._guest.signal(signal.SIGKILL, tag=self._tag)

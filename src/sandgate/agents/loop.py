@@ -120,8 +120,8 @@ class Turn:
         """The model's reply through the router (retries, fallbacks); None when the run's
         wall clock ran out first."""
         try:
-            return await asyncio.wait_for(
-                self.router.complete(
+            async with asyncio.timeout(self.progress.remaining_s()):
+                return await self.router.complete(
                     self.agent.models,
                     request,
                     step.attempts,
@@ -134,9 +134,7 @@ class Turn:
                             "reason": why,
                         },
                     ),
-                ),
-                self.progress.remaining_s(),
-            )
+                )
         except TimeoutError:
             self.progress.steps += 1
             return None

@@ -32,6 +32,7 @@ from typing import Any
 import structlog
 
 from sandgate._periodic import Periodic
+from sandgate._tasks import cancel_and_wait, wait_quietly
 from sandgate.access import Principal
 from sandgate.agents._gateway import GatewayAdapter
 from sandgate.agents.execution import SandboxCode
@@ -134,9 +135,7 @@ class AgentRunner:
         await self._poller.stop()
         for live in list(self._live.values()):
             if live.task is not None:
-                live.task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await live.task
+                await cancel_and_wait(live.task)
         for code in self._code.values():
             await code.close()
         for provider in self._providers.values():
@@ -242,8 +241,7 @@ class AgentRunner:
         if live is not None and live.task is not None:
             self._cancelling.setdefault(run_id, by)
             live.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(live.task)
+            await wait_quietly(live.task)
             current = self._records.run(run_id)
             if current is not None and current.state in (RunState.QUEUED, RunState.RUNNING):
                 # Cancelled before its task ever ran: nothing recorded the end yet.
@@ -328,8 +326,7 @@ class AgentRunner:
         """Returns the run once it is final."""
         live = self._live.get(run_id)
         if live is not None and live.task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(live.task)
+            await wait_quietly(live.task)
         run = self._records.run(run_id)
         if run is None:
             raise NotFound(f"run '{run_id}' not found")

@@ -34,6 +34,7 @@ from websockets.protocol import State
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
+from sandgate._tasks import cancel_and_wait
 from sandgate.api.replies import send_json
 
 __all__ = ["HANDSHAKE_TIMEOUT_S", "MAX_MESSAGE_BYTES", "relay_websocket"]
@@ -88,7 +89,8 @@ async def relay_websocket(
     relay = _Relay(protocol, send, reader, writer)
     relay.flush()
     try:
-        response = await asyncio.wait_for(relay.handshake(), HANDSHAKE_TIMEOUT_S)
+        async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+            response = await relay.handshake()
     except TimeoutError:
         message = (
             "the sandbox service did not answer the WebSocket upgrade within "
@@ -113,8 +115,7 @@ async def relay_websocket(
         if not upstream.done():
             # The service's side is closed and the client told: stop reading the client.
             upstream.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await upstream
+        await cancel_and_wait(upstream, absorb=())
 
 
 def _target(scope: Scope) -> str:
@@ -260,7 +261,8 @@ class _Relay:
         while protocol.state is not State.CLOSED:
             try:
                 timeout = _CLOSE_TIMEOUT_S if protocol.state is State.CLOSING else None
-                data = await asyncio.wait_for(self._reader.read(_READ), timeout)
+                async with asyncio.timeout(timeout):
+                    data = await self._reader.read(_READ)
             except (TimeoutError, ConnectionError):
                 data = b""
             if data:

@@ -140,7 +140,8 @@ class ApprovalService:
                         self._announce("approval.expired", expired)
                     return expired
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), _POLL_S)
+                    async with asyncio.timeout(_POLL_S):
+                        await event.wait()
         finally:
             self._events.pop(approval_id, None)
 

@@ -47,6 +47,7 @@ from telegram.constants import ChatAction
 from telegram.error import InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.request import HTTPXRequest
 
+from sandgate._tasks import cancel_and_wait
 from sandgate.access import Principal
 from sandgate.agents import AgentRunner
 from sandgate.approvals import ApprovalService, ApprovalState
@@ -145,8 +146,7 @@ class TelegramChannel:
         for task in tasks:
             task.cancel()
         for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_and_wait(task)
         if self._bot is not None:
             with contextlib.suppress(TelegramError, RuntimeError):
                 await self._bot.shutdown()

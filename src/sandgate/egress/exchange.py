@@ -98,7 +98,8 @@ async def read_head(client: ClientStream, idle_timeout_s: float) -> bytes:
     while b"\r\n\r\n" not in buffered:
         if len(buffered) > MAX_HEAD:
             raise BadRequest("request head too large")
-        data = await asyncio.wait_for(client.read(), idle_timeout_s)
+        async with asyncio.timeout(idle_timeout_s):
+            data = await client.read()
         if not data:
             raise ConnectionError("client closed before a request")
         buffered += data
@@ -229,7 +230,8 @@ async def _upward(
     while True:
         event = inbound.next_event()
         if event is h11.NEED_DATA:
-            data = await asyncio.wait_for(client.read(), idle_timeout_s)
+            async with asyncio.timeout(idle_timeout_s):
+                data = await client.read()
             inbound.receive_data(data)
             continue
         if isinstance(event, h11.Data):
@@ -260,7 +262,8 @@ async def _downward(
         except h11.RemoteProtocolError as exc:
             raise Refused(502, "upstream_unavailable", "bad_response", str(exc)) from None
         if event is h11.NEED_DATA:
-            data = await asyncio.wait_for(up_reader.read(_CHUNK), idle_timeout_s)
+            async with asyncio.timeout(idle_timeout_s):
+                data = await up_reader.read(_CHUNK)
             outbound.receive_data(data)
             continue
         if isinstance(event, h11.InformationalResponse) and event.status_code == 101:

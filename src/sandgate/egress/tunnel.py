@@ -187,7 +187,8 @@ class EgressSocket(SandboxListener):
                     asyncio.IncompleteReadError,
                     asyncio.LimitOverrunError,
                 ):
-                    await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _REFUSAL_READ_S)
+                    async with asyncio.timeout(_REFUSAL_READ_S):
+                        await reader.readuntil(b"\r\n\r\n")
                 raise Refused(
                     429,
                     "too_many_tunnels",
@@ -210,7 +211,8 @@ class EgressSocket(SandboxListener):
 
     async def _tunnel(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT_S)
+            async with asyncio.timeout(_HEAD_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
             request = parse_request(head)
         except (asyncio.LimitOverrunError, ValueError) as exc:
             bad = exc if isinstance(exc, BadRequest) else BadRequest("request head too large")
@@ -344,7 +346,8 @@ class EgressSocket(SandboxListener):
         self, reader: asyncio.StreamReader, request: ProxyRequest, host: Host
     ) -> FirstFlight:
         try:
-            flight = await asyncio.wait_for(read_first_flight(reader), _HEAD_TIMEOUT_S)
+            async with asyncio.timeout(_HEAD_TIMEOUT_S):
+                flight = await read_first_flight(reader)
         except Malformed as exc:
             self._record(request, "denied", "bad_client_hello", detail=str(exc))
             raise ConnectionError("bad ClientHello") from None
@@ -560,10 +563,8 @@ class EgressSocket(SandboxListener):
         last_error = "no address"
         for address in addresses:
             try:
-                upstream = await asyncio.wait_for(
-                    asyncio.open_connection(str(address), request.port),
-                    self._limits.connect_timeout_s,
-                )
+                async with asyncio.timeout(self._limits.connect_timeout_s):
+                    upstream = await asyncio.open_connection(str(address), request.port)
             except (OSError, TimeoutError) as exc:
                 last_error = f"{address}: {exc or 'timed out'}"
                 continue
@@ -599,7 +600,11 @@ class EgressSocket(SandboxListener):
                 counts[0] += len(data)
                 dst.write(data)
                 await dst.drain()
-            while data := await asyncio.wait_for(src.read(_CHUNK), idle):
+            while True:
+                async with asyncio.timeout(idle):
+                    data = await src.read(_CHUNK)
+                if not data:
+                    break
                 counts[slot] += len(data)
                 dst.write(data)
                 await dst.drain()
@@ -713,7 +718,8 @@ class EgressSocket(SandboxListener):
         await self._settle()
         with contextlib.suppress(ConnectionError):
             writer.write(refused.answer())
-            await asyncio.wait_for(writer.drain(), 5.0)
+            async with asyncio.timeout(5.0):
+                await writer.drain()
 
 
 def _observed(wait: asyncio.Future[Any]) -> None:

@@ -380,7 +380,8 @@ class FileUpload(_OpenConnection):
                 with contextlib.suppress(OSError, RuntimeError):
                     conn.writer.write_eof()
                 with contextlib.suppress(GuestError, TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(self._reply), _ABORT_WAIT_S)
+                    async with asyncio.timeout(_ABORT_WAIT_S):
+                        await asyncio.shield(self._reply)
         finally:
             if self._reply.done() and not self._reply.cancelled():
                 self._reply.exception()  # retrieved: raised already, or moot after an abort

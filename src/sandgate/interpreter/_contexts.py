@@ -275,10 +275,8 @@ class Context:
             execution.state = ExecutionState.DONE
             if env_vars and await kernel.is_alive():
                 try:
-                    await asyncio.wait_for(
-                        kernel.run(self.language.restore_env(env_vars), _ignore, silent=True),
-                        _RESTORE_TIMEOUT_S,
-                    )
+                    async with asyncio.timeout(_RESTORE_TIMEOUT_S):
+                        await kernel.run(self.language.restore_env(env_vars), _ignore, silent=True)
                 except KernelDied as exc:  # the cell did run: it must not run again
                     raise KernelDied(str(exc), cell_started=True) from exc
 

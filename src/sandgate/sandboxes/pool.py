@@ -28,6 +28,7 @@ from pathlib import Path
 
 import structlog
 
+from sandgate._tasks import cancel_and_wait
 from sandgate.config import Config, WarmPoolSize
 from sandgate.errors import SandgateError
 from sandgate.runtimes import Runtime
@@ -199,15 +200,12 @@ class WarmPool:
     async def drain(self) -> None:
         """Stops every refill and removes every waiting sandbox (the gateway is stopping)."""
         if self._trimmer is not None:
-            self._trimmer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._trimmer
+            await cancel_and_wait(self._trimmer)
             self._trimmer = None
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, SandgateError):
-                await task
+            await cancel_and_wait(task, absorb=(SandgateError,))
         if self._discards:
             await asyncio.gather(*list(self._discards), return_exceptions=True)
         for pool in self._pools.values():

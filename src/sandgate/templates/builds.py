@@ -16,7 +16,6 @@ yours" as E2B's does).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import hashlib
 import hmac
@@ -34,6 +33,7 @@ from typing import Any
 
 import structlog
 
+from sandgate._tasks import cancel_and_wait, wait_quietly
 from sandgate.errors import (
     Conflict,
     Forbidden,
@@ -198,8 +198,7 @@ class BuildService:
         for task in list(self._jobs.values()):
             task.cancel()
         for task in list(self._jobs.values()):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_and_wait(task)
         self._jobs.clear()
 
     # -- templates ------------------------------------------------------------------------
@@ -320,9 +319,7 @@ class BuildService:
         for build in self._records.builds(template.id):
             task = self._jobs.get(build.id)
             if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                await cancel_and_wait(task)
         self._records.delete(template.id)
         self._files.forget(template.id)
         self._pushes.forget(template.id)
@@ -462,8 +459,7 @@ class BuildService:
         """Waits for a running build job (tests, the CLI); returns at once when none runs."""
         task = self._jobs.get(build_id)
         if task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await wait_quietly(task)
 
     def build_row(self, build_id: str) -> TemplateBuild | None:
         """A build by id, unchecked (for details of a build the caller already reached)."""

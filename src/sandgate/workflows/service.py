@@ -394,7 +394,8 @@ class WorkflowService:
                 pass
 
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(final(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await final()
         run = self.records.run(run_id)
         if run is None:
             raise NotFound(f"workflow run '{run_id}' not found")
@@ -423,7 +424,8 @@ class WorkflowService:
                 ):
                     return
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), _LIVE_POLL_S)
+                    async with asyncio.timeout(_LIVE_POLL_S):
+                        await wake.wait()
         finally:
             listeners = self._listeners.get(run_id, [])
             with contextlib.suppress(ValueError):

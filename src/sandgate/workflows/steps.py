@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from sandgate._tasks import cancel_and_wait
 from sandgate.access import Principal
 from sandgate.approvals import ApprovalState
 from sandgate.errors import NotFound, SandgateError
@@ -182,7 +183,8 @@ class StepExecutors:
         try:
             # Shielded: a timed-out tool call still finishes its pipeline (and its audit
             # record) in the background; a code step's sandbox is killed by its own finally.
-            return await asyncio.wait_for(asyncio.shield(task), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await asyncio.shield(task)
         except TimeoutError:
             if kind != "tool":
                 task.cancel()
@@ -446,9 +448,7 @@ async def _until_refused(work: Coroutine[Any, Any, None], budget: RunBudget | No
     finally:
         refused.cancel()
         if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task, absorb=())
     if task.done() and not task.cancelled():
         task.result()
 

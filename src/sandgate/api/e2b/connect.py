@@ -15,7 +15,6 @@ handler runs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import struct
@@ -25,6 +24,7 @@ from typing import Any, Final
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from sandgate._tasks import cancel_and_wait
 from sandgate.api.errors import CONNECT_STATUS
 from sandgate.strictjson import CODE, StrictJsonError, loads_object
 
@@ -280,9 +280,7 @@ async def with_keepalive(
             yield message
     finally:
         if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
-                await pending
+            await cancel_and_wait(pending)
         aclose = getattr(iterator, "aclose", None)
         if aclose is not None:
             await aclose()

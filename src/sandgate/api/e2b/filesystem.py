@@ -270,7 +270,8 @@ async def get_watcher_events(request: Request) -> Response:
         if not await watcher.stream.sync(_SYNC_WAIT_S):
             if not watcher.events:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(watcher.arrived.wait(), _FIRST_EVENT_WAIT_S)
+                    async with asyncio.timeout(_FIRST_EVENT_WAIT_S):
+                        await watcher.arrived.wait()
             await asyncio.sleep(_MORE_EVENTS_WAIT_S)
         watcher.arrived.clear()
         events, watcher.events = watcher.events, []

@@ -7,7 +7,6 @@ client that connects late (or reconnects with ``Last-Event-ID``) misses nothing.
 """
 
 import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -17,6 +16,7 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from sandgate._tasks import cancel_and_wait
 from sandgate.agents import PUBLIC_EVENTS, AgentRunner, RunEvent, RunState
 from sandgate.api.auth import Caller
 from sandgate.api.strict import QueryBool, QueryInt, decimal
@@ -203,7 +203,8 @@ async def _sse(events: AsyncIterator[RunEvent]) -> AsyncIterator[bytes]:
     try:
         while True:
             try:
-                event = await asyncio.wait_for(queue.get(), _KEEPALIVE_S)
+                async with asyncio.timeout(_KEEPALIVE_S):
+                    event = await queue.get()
             except TimeoutError:
                 yield b": keepalive\n\n"
                 continue
@@ -214,6 +215,4 @@ async def _sse(events: AsyncIterator[RunEvent]) -> AsyncIterator[bytes]:
             payload = json.dumps(event.data, default=str)
             yield f"id: {event.seq}\nevent: {event.type}\ndata: {payload}\n\n".encode()
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)

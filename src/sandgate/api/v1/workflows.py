@@ -7,7 +7,6 @@ it ends.
 """
 
 import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
@@ -16,6 +15,7 @@ from fastapi import APIRouter, Body, Header, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from sandgate._tasks import cancel_and_wait
 from sandgate.api.auth import Caller
 from sandgate.api.strict import QueryInt, decimal
 from sandgate.store import WorkflowEvent, WorkflowRun, WorkflowStepRecord
@@ -181,7 +181,8 @@ async def _sse(events: AsyncIterator[WorkflowEvent]) -> AsyncIterator[bytes]:
     try:
         while True:
             try:
-                event = await asyncio.wait_for(queue.get(), _KEEPALIVE_S)
+                async with asyncio.timeout(_KEEPALIVE_S):
+                    event = await queue.get()
             except TimeoutError:
                 yield b": keepalive\n\n"
                 continue
@@ -190,6 +191,4 @@ async def _sse(events: AsyncIterator[WorkflowEvent]) -> AsyncIterator[bytes]:
             payload = json.dumps(event.data, default=str)
             yield f"id: {event.id}\nevent: {event.type}\ndata: {payload}\n\n".encode()
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)

@@ -35,6 +35,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from sandgate._tasks import cancel_and_wait
 from sandgate.config import McpTool
 from sandgate.errors import ToolFailed, ToolTimeout
 
@@ -107,9 +108,7 @@ class McpSession:
         self._state = SessionState.CLOSED
         self._stop.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task, absorb=())
             self._task = None
 
     async def call(

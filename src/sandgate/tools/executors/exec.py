@@ -74,9 +74,8 @@ class ExecExecutor:
         except OSError as exc:
             raise ToolFailed(f"{context.tool} cannot start {argv[0]}: {exc.strerror}") from None
         try:
-            out, err, code = await asyncio.wait_for(
-                self._communicate(process, arguments, context.output_limit), context.timeout_s
-            )
+            async with asyncio.timeout(context.timeout_s):
+                out, err, code = await self._communicate(process, arguments, context.output_limit)
         except TimeoutError:
             raise ToolTimeout(
                 f"{context.tool} did not finish within {context.timeout_s:g}s and was killed"
