@@ -128,18 +128,50 @@ def test_wait_quietly_waits_without_cancelling_and_passes_a_cancel_of_the_caller
     asyncio.run(main())
 
 
-def test_no_module_of_the_server_uses_asyncio_wait_for() -> None:
-    """``asyncio.timeout`` instead (the guest runs its own loop with its own ``wait_for``)."""
-    offenders = []
+def _asyncio_attribute(node: ast.AST, name: str) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == name
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "asyncio"
+    )
+
+
+def _server_modules() -> list[tuple[str, ast.AST]]:
+    """The modules that run on asyncio (the guest's, but for its client, run on its own
+    loop, with its own ``wait_for``)."""
+    modules = []
     for path in sorted(SRC.rglob("*.py")):
-        if path.relative_to(SRC).parts[0] == "guest" and path.name != "client.py":
+        name = str(path.relative_to(SRC))
+        if name.startswith("guest/") and name != "guest/client.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if (
-                isinstance(node, ast.Attribute)
-                and node.attr == "wait_for"
-                and isinstance(node.value, ast.Name)
-                and node.value.id == "asyncio"
-            ):
-                offenders.append(f"{path.relative_to(SRC)}:{node.lineno}")
+        modules.append((name, ast.parse(path.read_text(), name)))
+    return modules
+
+
+def test_no_module_of_the_server_uses_asyncio_wait_for() -> None:
+    """``asyncio.timeout`` instead."""
+    offenders = [
+        f"{name}:{node.lineno}"
+        for name, tree in _server_modules()
+        for node in ast.walk(tree)
+        if _asyncio_attribute(node, "wait_for")
+    ]
+    assert offenders == [], offenders
+
+
+def test_no_module_of_the_server_suppresses_cancelled_error() -> None:
+    """``cancel_and_wait``/``wait_quietly`` instead; a process's own top level may end on
+    the cancel its SIGTERM handler sends."""
+    top_level = {"interpreter/server.py"}
+    offenders = [
+        f"{name}:{node.lineno}"
+        for name, tree in _server_modules()
+        if name not in top_level
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "suppress"
+        and any(_asyncio_attribute(arg, "CancelledError") for arg in node.args)
+    ]
     assert offenders == [], offenders
