@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import structlog
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from sandgate._tasks import cancel_and_wait
 from sandgate.console._sessions import COOKIE, SessionTable
 from sandgate.errors import SandgateError
 from sandgate.guest.client import Ended, GuestError, Output, ProcessStream
@@ -135,14 +136,9 @@ class Terminal:
             for task in (reader, writer):
                 task.cancel()
             for task in (reader, writer):
-                with contextlib.suppress(
-                    asyncio.CancelledError,
-                    WebSocketDisconnect,
-                    GuestError,
-                    ValueError,
-                    RuntimeError,
-                ):
-                    await task
+                await cancel_and_wait(
+                    task, absorb=(WebSocketDisconnect, GuestError, ValueError, RuntimeError)
+                )
             with contextlib.suppress(GuestError):
                 await guest.signal(9, pid=stream.pid)
             await stream.aclose()
