@@ -262,6 +262,12 @@ def test_zipapp_is_deterministic_and_rewritten_only_on_change(tmp_path: Path) ->
     first.write_bytes(b"stale")
     build_zipapp(first)
     assert first.read_bytes() == second.read_bytes()
+    # An archive of other sources (an upgrade: its comment names them) is rebuilt.
+    with zipfile.ZipFile(first, "a") as archive:
+        archive.comment = b"sandgate-guest 0000"
+    build_zipapp(first)
+    assert first.read_bytes() == second.read_bytes()
+    assert zipfile.ZipFile(first).comment.startswith(b"sandgate-guest ")
     names = zipfile.ZipFile(first).namelist()
     assert names[0] == "__main__.py"
     assert {
