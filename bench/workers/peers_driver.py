@@ -45,6 +45,8 @@ SANDLOCK_FS = {
 }
 #: Creates timed one by one at the end of each density step; the rest fill concurrently.
 DENSITY_TIMED = 10
+#: The command floor's row (bench/peers.py reads it by this name).
+FLOOR = "floor: `bash -l -c true` in a held-open shell (raw bwrap, same image)"
 DENSITY_FILL_CONCURRENCY = 4
 #: The SDK's own default (60 s) times out creates in a burst on a loaded 2-core machine.
 REQUEST_TIMEOUT_S = 300
@@ -203,6 +205,28 @@ class Subjects:
         self.tracker.processes.append(proc)
         return proc
 
+    def raw_bwrap_shell(self) -> subprocess.Popen[bytes]:
+        """A held-open ``bash`` in a raw bwrap over the image's tree: the floor of a command
+        (what the sandbox itself runs for the SDK, without any transport)."""
+        prefix = self.config.raw_bwrap[:-1]
+        proc = subprocess.Popen(
+            [*prefix, "--die-with-parent", "--", "/bin/bash", "--norc", "--noprofile"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self.tracker.processes.append(proc)
+        return proc
+
+    @staticmethod
+    def login_shell_command(proc: Any) -> None:
+        """``bash -l -c true``, the command line the E2B SDK sends for ``commands.run("true")``
+        (a login shell: the image's profile runs), and its status back."""
+        proc.stdin.write(b"/bin/bash -l -c true; echo $?\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        assert line == b"0\n", line
+
     # -- sandlock -----------------------------------------------------------------------------
 
     def sandlock_cold(self) -> Callable[[], None]:
@@ -347,18 +371,37 @@ def measure_burst(
     return interleaved(runs, bursts), failures
 
 
-def measure_roundtrip(s: Subjects, count: int) -> dict[str, list[float]]:
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU a process has used (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_roundtrip(
+    s: Subjects, count: int, cpu: dict[str, dict[str, float]]
+) -> dict[str, list[float]]:
+    """Round trips of every subject; fills ``cpu`` with the CPU a Sandgate command costs on
+    each side (the SDK's calling thread, the gateway's process), per command."""
     log(f"command round trips on live sandboxes, n={count} per subject")
     bw, dk = s.sandgate("bwrap"), s.sandgate("docker")
     shell = s.sandlock_shell()
+    floor = s.raw_bwrap_shell()
     container = s.raw_docker_hold()
     session = s.llm_session()
+    client_s = {"bwrap": 0.0, "docker": 0.0}
+
+    def sandgate_run(kind: str, sandbox: Sandbox) -> None:
+        started = time.thread_time()
+        sandbox.commands.run("true")
+        client_s[kind] += time.thread_time() - started
+
     try:
         subjects: dict[str, Callable[[], Any]] = {
-            "sandgate bwrap `commands.run('true')`": lambda: bw.commands.run("true"),
-            "sandgate docker `commands.run('true')`": lambda: dk.commands.run("true"),
+            "sandgate bwrap `commands.run('true')`": partial(sandgate_run, "bwrap", bw),
+            "sandgate docker `commands.run('true')`": partial(sandgate_run, "docker", dk),
             "sandlock held-open shell (`/bin/true`)": lambda: s.shell_command(shell),
             "sandlock new sandbox per command": s.sandlock_cold,
+            FLOOR: lambda: s.login_shell_command(floor),
             "`docker exec` (raw)": lambda: subprocess.run(
                 ["docker", "exec", container, "true"], check=True, capture_output=True
             ),
@@ -367,7 +410,16 @@ def measure_roundtrip(s: Subjects, count: int) -> dict[str, list[float]]:
         for call in subjects.values():  # warm-up: connections, page cache
             for _ in range(5):
                 call()
-        return interleaved({k: partial(no_cleanup, c) for k, c in subjects.items()}, count)
+        client_s.update(bwrap=0.0, docker=0.0)
+        gateways = {kind: int(s.config.servers[kind]["pid"]) for kind in ("bwrap", "docker")}
+        before = {kind: process_cpu_s(pid) for kind, pid in gateways.items()}
+        samples = interleaved({k: partial(no_cleanup, c) for k, c in subjects.items()}, count)
+        for kind, pid in gateways.items():
+            cpu[f"sandgate {kind}"] = {
+                "client_ms": client_s[kind] / count * 1000,
+                "gateway_ms": (process_cpu_s(pid) - before[kind]) / count * 1000,
+            }
+        return samples
     finally:
         s.tracker.kill_sandboxes([bw.sandbox_id, dk.sandbox_id])
         s.llm_discard(session)
@@ -512,7 +564,8 @@ def main() -> None:
         results["burst"], results["burst_failures"] = measure_burst(
             s, config.bursts, config.burst_size
         )
-        results["roundtrip"] = measure_roundtrip(s, config.roundtrips)
+        results["roundtrip_cpu"] = {}
+        results["roundtrip"] = measure_roundtrip(s, config.roundtrips, results["roundtrip_cpu"])
         results["idle"] = measure_idle(s, config.idle)
         results["density"] = measure_density(s, config.density_steps)
     Path(config.out).write_text(json.dumps(results))
