@@ -72,9 +72,11 @@ def test_reaper_kills_expired_sandboxes(
     sandbox_id = created["sandboxID"]
     _wait_until(lambda: _info(runtime_server, sandbox_id).status_code == 404, 30, "the reaper")
     # The row reads killed from the moment its kill begins (the store's compare-and-set that
-    # makes a kill count once across processes): the runtime's kill follows.
+    # makes a kill count once across processes): the runtime's kill and the removal of the
+    # sandbox's host directory follow, in that order.
+    host_dir = runtime_server.home / "sandboxes" / sandbox_id
     _wait_until(lambda: not runtime_view.exists(sandbox_id), 30, "the runtime kill")
-    assert not (runtime_server.home / "sandboxes" / sandbox_id).exists()
+    _wait_until(lambda: not host_dir.exists(), 30, "the host directory's removal")
 
 
 @docker_only
