@@ -2,16 +2,18 @@
 
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, inspect, text
+from sqlalchemy import event as sqlalchemy_event
 
 from sandgate.access import authenticate_api_key, create_api_key
 from sandgate.errors import Unauthenticated
 from sandgate.store import Sandbox, Store
+from sandgate.store._store import _MIGRATIONS, SCHEMA_HEAD, _create_engine
 
 
 def _postgres_url() -> str:
@@ -66,6 +68,121 @@ def _sandbox(team_id: str, sandbox_id: str, started: datetime, **extra: object) 
     )
     values.update(extra)
     return Sandbox(**values)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def new_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], str]]:
+    """Makes empty databases of the parameter's kind (dropped afterwards)."""
+    made: list[str] = []
+    admin = None
+    if request.param == "postgres":
+        admin = create_engine(
+            _postgres_url().replace("postgresql://", "postgresql+psycopg://"),
+            isolation_level="AUTOCOMMIT",
+        )
+
+    def make() -> str:
+        name = f"sg_test_{secrets.token_hex(4)}"
+        if admin is None:
+            return f"sqlite:///{tmp_path / (name + '.db')}"
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE {name}"))
+        made.append(name)
+        return _postgres_url().rsplit("/", 1)[0] + "/" + name
+
+    yield make
+    if admin is not None:
+        with admin.connect() as conn:
+            for name in made:
+                conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
+        admin.dispose()
+
+
+def _alembic_upgrade(engine: Engine, revision: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    with engine.begin() as connection:
+        cfg.attributes["connection"] = connection
+        command.upgrade(cfg, revision)
+
+
+def _schema(engine: Engine) -> dict[str, object]:
+    """Every table's columns (type, nullability, server default), keys and indexes, as the
+    database itself reports them."""
+    found = inspect(engine)
+    schema: dict[str, object] = {}
+    for table in sorted(found.get_table_names()):
+        columns = [
+            (c["name"], str(c["type"]), c["nullable"], c.get("default"))
+            for c in found.get_columns(table)
+        ]
+        keys = sorted(
+            (tuple(fk["constrained_columns"]), fk["referred_table"], tuple(fk["referred_columns"]))
+            for fk in found.get_foreign_keys(table)
+        )
+        indexes = sorted(
+            (tuple(str(c) for c in i["column_names"]), bool(i["unique"]))
+            for i in found.get_indexes(table)
+        )
+        uniques = sorted(tuple(u["column_names"]) for u in found.get_unique_constraints(table))
+        primary = found.get_pk_constraint(table)["constrained_columns"]
+        schema[table] = (sorted(columns), primary, keys, indexes, uniques)
+    return schema
+
+
+def _versions(engine: Engine) -> set[str]:
+    with engine.connect() as conn:
+        return set(conn.scalars(text("SELECT version_num FROM alembic_version")))
+
+
+def test_the_schema_head_is_the_newest_migration() -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    assert set(ScriptDirectory.from_config(cfg).get_heads()) == {SCHEMA_HEAD}, (
+        "a new migration: set store._store.SCHEMA_HEAD to its revision"
+    )
+
+
+def test_a_new_database_gets_the_schema_the_migrations_build(
+    new_database: Callable[[], str],
+) -> None:
+    # A new database skips Alembic (its tables come from the models at once): the models
+    # must describe exactly what every migration run in order builds.
+    created = Store.open(new_database())
+    migrated = _create_engine(new_database())
+    _alembic_upgrade(migrated, "heads")
+    assert _schema(created.engine) == _schema(migrated)
+    assert _versions(created.engine) == _versions(migrated) == {SCHEMA_HEAD}
+    created.close()
+    migrated.dispose()
+
+
+def test_an_older_database_is_upgraded_and_a_current_one_left_alone(
+    new_database: Callable[[], str],
+) -> None:
+    url = new_database()
+    older = _create_engine(url)
+    _alembic_upgrade(older, "0008s")
+    assert "channel_chats" not in inspect(older).get_table_names()
+    older.dispose()
+    store = Store.open(url)
+    assert _versions(store.engine) == {SCHEMA_HEAD}
+    assert "channel_chats" in inspect(store.engine).get_table_names()
+    statements: list[str] = []
+    sqlalchemy_event.listen(
+        store.engine, "before_cursor_execute", lambda *args: statements.append(args[2])
+    )
+    store.migrate()  # at the head: reads the version, changes nothing
+    assert statements and all(s.lstrip().upper().startswith("SELECT") for s in statements), (
+        statements
+    )
+    store.close()
 
 
 def test_migrations_are_idempotent(store: Store) -> None:

@@ -9,6 +9,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -101,7 +102,7 @@ class Template(Base):
     #: The build whose image sandboxes start from (a ``template_builds`` id); None until the
     #: first build of a team template is ready.
     build_id: Mapped[str | None] = mapped_column(String(64), default=None)
-    spawn_count: Mapped[int] = mapped_column(Integer, default=0)
+    spawn_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     last_spawned_at: Mapped[datetime | None] = mapped_column(default=None)
 
     @property
@@ -135,8 +136,8 @@ class TemplateBuild(Base):
     default_workdir: Mapped[str | None] = mapped_column(String(1000), default=None)
     envs: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
     #: Steps answered from the layer cache, of how many (shown in logs and `templates`).
-    cached_steps: Mapped[int] = mapped_column(Integer, default=0)
-    total_steps: Mapped[int] = mapped_column(Integer, default=0)
+    cached_steps: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    total_steps: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     reason: Mapped[str | None] = mapped_column(Text, default=None)
     #: The failed step as E2B names it: ``base``, the step's number, or ``finalize``.
     reason_step: Mapped[str | None] = mapped_column(String(32), default=None)
@@ -303,7 +304,7 @@ class AuditEntry(Base):
     action: Mapped[str | None] = mapped_column(String(200))
     outcome: Mapped[str] = mapped_column(String(32))
     rule_id: Mapped[str | None] = mapped_column(String(100))
-    duration_ms: Mapped[float | None]
+    duration_ms: Mapped[float | None] = mapped_column(Float)
     hash: Mapped[str] = mapped_column(String(64))
 
 
@@ -325,7 +326,7 @@ class AgentSession(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     #: Made for one run (no session id given): its sandbox is released when each run ends.
-    ephemeral: Mapped[bool] = mapped_column(default=False)
+    ephemeral: Mapped[bool] = mapped_column(default=False, server_default=false())
 
 
 class AgentRun(Base):
@@ -390,7 +391,7 @@ class SandboxMetricSample(Base):
     sandbox_id: Mapped[str] = mapped_column(String(64))
     time_ms: Mapped[int] = mapped_column(BigInteger)
     cpu_count: Mapped[int] = mapped_column(Integer)
-    cpu_used_pct: Mapped[float]
+    cpu_used_pct: Mapped[float] = mapped_column(Float)
     mem_used: Mapped[int] = mapped_column(BigInteger)
     mem_total: Mapped[int] = mapped_column(BigInteger)
     mem_cache: Mapped[int] = mapped_column(BigInteger)
