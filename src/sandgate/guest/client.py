@@ -30,7 +30,15 @@ from typing import Any, Literal, NoReturn, Self
 # zipapp, which never imports it, so the gateway package is only needed where it runs.
 from sandgate.errors import GuestError, GuestUnavailable
 
-from .protocol import FRAME_HEADER, MAX_FRAME, Kind, decode_json, encode_frame, encode_json
+from .protocol import (
+    FRAME_HEADER,
+    MAX_FRAME,
+    MAX_TUNNEL_WAIT_S,
+    Kind,
+    decode_json,
+    encode_frame,
+    encode_json,
+)
 
 __all__ = [
     "Ended",
@@ -774,12 +782,25 @@ class GuestClient:
 
     # ---- ports
 
-    async def tunnel(self, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def tunnel(
+        self, port: int, *, wait_s: float = 0.0
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A raw byte stream to ``127.0.0.1:port`` inside the sandbox; ``unavailable`` if
-        nothing listens there. Close the writer to end the tunnel."""
-        conn = await self._open({"op": "tunnel", "port": port})
+        nothing listens there (after trying for up to ``wait_s`` seconds in the sandbox, at
+        most ``MAX_TUNNEL_WAIT_S``). Close the writer to end the tunnel."""
+        wait_s = min(max(wait_s, 0.0), MAX_TUNNEL_WAIT_S)
+        request: dict[str, Any] = {"op": "tunnel", "port": port}
+        if wait_s:
+            request["wait_s"] = wait_s
+        conn = await self._open(request)
         try:
-            await conn.read_reply()
+            async with asyncio.timeout(wait_s + UNARY_TIMEOUT_S):
+                await conn.read_reply()
+        except TimeoutError:
+            conn.close()
+            raise GuestUnavailable(
+                f"the sandbox's guest did not answer within {wait_s + UNARY_TIMEOUT_S:g}s"
+            ) from None
         except BaseException:
             conn.close()
             raise

@@ -50,6 +50,7 @@ from ._loop import (
     get_loop,
     readable,
     run,
+    sleep,
     sock_connect,
     sock_recv,
     sock_sendall,
@@ -66,6 +67,7 @@ from .protocol import (
     FILE_OP_NAMES,
     FRAME_HEADER,
     MAX_REQUEST,
+    MAX_TUNNEL_WAIT_S,
     MAX_WORKER_MESSAGE,
     PROTOCOL_VERSION,
     Kind,
@@ -81,6 +83,8 @@ __all__ = ["main"]
 
 _REQUEST_TIMEOUT_S = 30.0
 _CLOSE_TIMEOUT_S = 30.0
+#: How often a ``tunnel`` with ``wait_s`` tries its port again (a refused loopback connect).
+_TUNNEL_RETRY_S = 0.005
 
 
 class _Worker:
@@ -432,25 +436,45 @@ class Daemon:
         port = request.get("port")
         if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
             raise OpError("invalid_argument", "port must be an integer in 1..65535")
-        try:
-            upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        except OSError:
-            raise OpError("unavailable", "port is not open") from None
-        try:
-            upstream.setblocking(False)
-            await sock_connect(upstream, ("127.0.0.1", port))
-        except OSError:
-            close_socket(upstream)
-            raise OpError("unavailable", "port is not open") from None
-        except BaseException:
-            close_socket(upstream)
-            raise
+        wait_s = request.get("wait_s", 0)
+        if (
+            not isinstance(wait_s, int | float)
+            or isinstance(wait_s, bool)
+            or not 0 <= wait_s <= MAX_TUNNEL_WAIT_S
+        ):
+            raise OpError("invalid_argument", f"wait_s must be a number in 0..{MAX_TUNNEL_WAIT_S}")
+        deadline = get_loop().time() + wait_s
+        while True:
+            upstream = await _connect_local(port)
+            if upstream is not None:
+                break
+            if get_loop().time() >= deadline:
+                raise OpError("unavailable", "port is not open")
+            await sleep(_TUNNEL_RETRY_S)
         try:
             await sock_sendall(conn, encode_json({"ok": True}))
         except BaseException:
             close_socket(upstream)
             raise
         await splice(conn, upstream)
+
+
+async def _connect_local(port: int) -> socket.socket | None:
+    """A connection to ``127.0.0.1:port``, or ``None`` when nothing accepts it there."""
+    try:
+        upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        upstream.setblocking(False)
+        await sock_connect(upstream, ("127.0.0.1", port))
+    except OSError:
+        close_socket(upstream)
+        return None
+    except BaseException:
+        close_socket(upstream)
+        raise
+    return upstream
 
 
 def _resolve(future: Future[None]) -> None:

@@ -56,6 +56,10 @@ The first frame on a connection is the request, a JSON frame with ``op``. Replie
   the commit, every staged file is removed and no target changes. Both write operations
   answer before the end only to refuse (``{"ok": false, ...}``), and then stop reading;
 * ``tunnel`` answers ``{"ok": true}`` and then both sides exchange raw bytes (no framing).
+  With ``"wait_s": S`` (0 to :data:`MAX_TUNNEL_WAIT_S`) the guest keeps trying the port for
+  up to S seconds before it answers ``unavailable``: a template's readiness check waits in the
+  sandbox, where a retry costs one ``connect``, instead of polling from the gateway (a guest
+  that predates the field answers at once, and the gateway polls as before).
 
 JSON frames are decoded by :func:`decode_json`, which is ``sandgate.strictjson`` (shipped in
 the guest's zipapp): the gateway never acts on a guest reply with a duplicate key, ``NaN``,
@@ -86,6 +90,7 @@ __all__ = [
     "FRAME_HEADER",
     "MAX_FRAME",
     "MAX_REQUEST",
+    "MAX_TUNNEL_WAIT_S",
     "MAX_WORKER_MESSAGE",
     "OUTPUT_CHUNK",
     "PROTOCOL_VERSION",
@@ -114,6 +119,8 @@ FILE_OP_NAMES: Final = frozenset(
         "write_files", "watch",
     }
 )  # fmt: skip
+#: Longest a ``tunnel`` request may ask the guest to wait for its port to accept.
+MAX_TUNNEL_WAIT_S: Final = 10.0
 #: Largest STDOUT/STDERR frame payload the guest sends.
 OUTPUT_CHUNK: Final = 32 * 1024
 #: Largest PTY frame payload the guest sends.

@@ -137,6 +137,39 @@ def test_tunnel_to_local_port(guest: RunningGuest) -> None:
     run(body())
 
 
+def test_tunnel_waits_for_its_port_when_asked(guest: RunningGuest) -> None:
+    """``wait_s``: the guest keeps trying a port until it accepts (a template's ready port
+    is waited for in the sandbox), and answers ``unavailable`` only once the time is up."""
+
+    async def body() -> None:
+        reserved = socket.socket()
+        reserved.bind(("127.0.0.1", 0))  # bound, not listening: connects are refused
+        reserved.setblocking(False)
+        port = reserved.getsockname()[1]
+        try:
+            loop = asyncio.get_running_loop()
+            asked = loop.time()
+            with pytest.raises(GuestError) as info:
+                await guest.client.tunnel(port, wait_s=0.3)
+            assert info.value.connect == "unavailable"
+            assert loop.time() - asked >= 0.3  # it kept trying, not answered at once
+            waiting = asyncio.create_task(guest.client.tunnel(port, wait_s=10))
+            reserved.listen()
+            reader, writer = await waiting
+            accepted, _ = await loop.sock_accept(reserved)
+            accepted.sendall(b"ready")
+            assert await reader.readexactly(5) == b"ready"
+            accepted.close()
+            writer.close()
+        finally:
+            reserved.close()
+
+    run(body())
+    for bad in (-1, 10.5, True, "1", None):
+        reply = _raw(guest, encode_json({"op": "tunnel", "port": 1, "wait_s": bad}))
+        assert json.loads(reply[FRAME_HEADER.size :])["code"] == "invalid_argument", bad
+
+
 def _raw(guest: RunningGuest, data: bytes) -> bytes:
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(10)
