@@ -50,7 +50,10 @@ def ensure_shipped_templates(config: Config, store: Store, *, build: bool) -> No
             built = probe.status(name)
             if built is not None:
                 labels = client.images.get(built.image_id).labels or {}
-                register(store, built, labels=labels)
+                spec = SHIPPED_TEMPLATES[name]
+                register(
+                    store, built, labels=labels, cpu_count=spec.cpu_count, memory_mb=spec.memory_mb
+                )
                 _prepare_tree(config, name, built.image_ref, built.image_id)
             else:
                 err_console.print(
@@ -93,7 +96,14 @@ def _ensure_native(config: Config, store: Store, *, build: bool) -> None:
         for name in SHIPPED_TEMPLATES:
             built = probe.status(name)
             if built is not None:
-                register(store, built, labels=probe.labels(built))
+                spec = SHIPPED_TEMPLATES[name]
+                register(
+                    store,
+                    built,
+                    labels=probe.labels(built),
+                    cpu_count=spec.cpu_count,
+                    memory_mb=spec.memory_mb,
+                )
             else:
                 err_console.print(
                     f"template {name} is not built: `sandgate templates build {name}`"

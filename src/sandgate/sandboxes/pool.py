@@ -29,13 +29,13 @@ from pathlib import Path
 import structlog
 
 from sandgate._tasks import cancel_and_wait
-from sandgate.config import Config, WarmPoolSize
+from sandgate.config import Config, LimitsConfig, WarmPoolSize
 from sandgate.errors import SandgateError
 from sandgate.runtimes import Runtime
 from sandgate.sandboxes.publish import make_host_dir
-from sandgate.store import Template
+from sandgate.store import Snapshot, Template
 
-__all__ = ["Warm", "WarmPool", "new_sandbox_id"]
+__all__ = ["Warm", "WarmPool", "default_size", "new_sandbox_id"]
 
 log = structlog.get_logger("sandgate.sandboxes")
 
@@ -51,6 +51,15 @@ _MAX_FAILURES = 3
 _REFILL_PARALLEL = 4
 #: Longest wait between two checks for idle pools.
 _TRIM_CHECK_S = 30.0
+
+
+def default_size(sized: Template | Snapshot, limits: LimitsConfig) -> tuple[int, int]:
+    """The CPUs and memory (MiB) a sandbox of ``sized`` gets when its create asks for
+    neither: its template's (or snapshot's) own, as E2B sizes a sandbox by its template,
+    within ``limits``' caps; ``limits``' defaults for one that records none."""
+    cpu = sized.cpu_count or limits.default_cpu_count
+    memory = sized.memory_mb or limits.default_memory_mb
+    return min(cpu, limits.max_cpu_count), min(memory, limits.max_memory_mb)
 
 
 def new_sandbox_id() -> str:
@@ -121,9 +130,10 @@ class WarmPool:
         return {key: pool.target for key, pool in self._pools.items()}
 
     async def take(self, template: Template, cpu: int, memory: int) -> Warm | None:
-        """A started, unclaimed, answering sandbox of ``template`` with the default size, or
-        None. Either way the pool refills (and grows when this take left it empty)."""
-        if (cpu, memory) != (self._limits.default_cpu_count, self._limits.default_memory_mb):
+        """A started, unclaimed, answering sandbox of ``template`` at its default size
+        (``default_size``, what the pool boots), or None. Either way the pool refills (and
+        grows when this take left it empty)."""
+        if (cpu, memory) != default_size(template, self._limits):
             return None
         pool = self._pool_of(template)
         if pool is None:

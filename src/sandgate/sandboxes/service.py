@@ -47,7 +47,7 @@ from sandgate.observability import tracing
 from sandgate.runtimes import Runtime, SandboxSpec, VolumeMount, sandbox_seeds
 from sandgate.sandboxes.catalog import resolve
 from sandgate.sandboxes.hooks import LifecycleObserver, NetworkUpdater, SandboxHook, VolumeLender
-from sandgate.sandboxes.pool import WarmPool, new_sandbox_id
+from sandgate.sandboxes.pool import WarmPool, default_size, new_sandbox_id
 from sandgate.sandboxes.publish import make_host_dir, publish_file
 from sandgate.sandboxes.reaper import Reaper
 from sandgate.sandboxes.snapshots import SnapshotName, SnapshotService
@@ -68,6 +68,8 @@ log = structlog.get_logger("sandgate.sandboxes")
 
 _READY_TIMEOUT_S = 30.0
 _SERVICE_READY_TIMEOUT_S = 60.0
+#: How long one readiness request lets the guest keep trying a template's ready port.
+_READY_PORT_STEP_S = 1.0
 #: E2B's ``wait_for_port(p)`` ready command; answered through the guest's port tunnel, so the
 #: image needs no ``ss``.
 _WAIT_FOR_PORT = re.compile(r'\[ -n "\$\(ss -Htuln sport = :([1-9][0-9]{0,4})\)" \]')
@@ -234,22 +236,6 @@ class SandboxService:
         if source is None:
             source = self._snapshots.resolve(principal.team_id, request.template)
         timeout_s = self._check_timeout(request.timeout_s)
-        cpu = self._check_range(
-            "cpuCount",
-            request.cpu_count,
-            source.cpu_count if source is not None else self._limits.default_cpu_count,
-            1,
-            self._limits.max_cpu_count,
-            "limits.max_cpu_count",
-        )
-        memory = self._check_range(
-            "memoryMB",
-            request.memory_mb,
-            source.memory_mb if source is not None else self._limits.default_memory_mb,
-            64,
-            self._limits.max_memory_mb,
-            "limits.max_memory_mb",
-        )
         if source is not None:
             template = self._store.template_by_name_or_id(source.template_id)
             if template is None:
@@ -265,6 +251,23 @@ class SandboxService:
                 f"`e2b template create`, or `sandgate templates build` for the shipped ones); "
                 "`e2b template list` shows what your team can use"
             )
+        default_cpu, default_memory = default_size(source or template, self._limits)
+        cpu = self._check_range(
+            "cpuCount",
+            request.cpu_count,
+            default_cpu,
+            1,
+            self._limits.max_cpu_count,
+            "limits.max_cpu_count",
+        )
+        memory = self._check_range(
+            "memoryMB",
+            request.memory_mb,
+            default_memory,
+            64,
+            self._limits.max_memory_mb,
+            "limits.max_memory_mb",
+        )
         resolved.append(template.name)
         mounts = await self._claim_volumes(principal.team_id, request.volume_mounts)
         try:
@@ -450,14 +453,10 @@ class SandboxService:
         await self._pool.wait_filled()
 
     async def _boot_warm(self, sandbox_id: str, template: Template) -> str:
-        """Boots a sandbox for the warm pool: the default size, no environment of its own."""
-        return await self._boot(
-            sandbox_id,
-            template,
-            self._limits.default_cpu_count,
-            self._limits.default_memory_mb,
-            {},
-        )
+        """Boots a sandbox for the warm pool: the template's default size, no environment
+        of its own."""
+        cpu, memory = default_size(template, self._limits)
+        return await self._boot(sandbox_id, template, cpu, memory, {})
 
     async def connect(
         self,
@@ -1218,22 +1217,32 @@ class SandboxService:
             await self._wait_ready_cmd(guest, ready_cmd)
         if ready_port is None:
             return
+        await self._wait_ready_port(guest, ready_port)
+
+    async def _wait_ready_port(self, guest: GuestClient, port: int) -> None:
+        """Waits until ``port`` accepts a connection in the sandbox. The guest retries it
+        for up to ``_READY_PORT_STEP_S`` per request (a refused connect there costs next to
+        nothing), so the port is seen within milliseconds of opening; a guest that answers
+        at once (older than that) is asked again after a growing pause."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _SERVICE_READY_TIMEOUT_S
         delay = 0.01
         while True:
+            asked = loop.time()
+            wait_s = max(0.0, min(_READY_PORT_STEP_S, deadline - asked))
             try:
-                _, writer = await guest.tunnel(ready_port)
+                _, writer = await guest.tunnel(port, wait_s=wait_s)
                 writer.close()
                 return
             except GuestError:
                 if loop.time() > deadline:
                     raise SandboxUnavailable(
-                        f"the template's service did not open port {ready_port} within "
+                        f"the template's service did not open port {port} within "
                         f"{_SERVICE_READY_TIMEOUT_S:.0f}s"
                     ) from None
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.1)
+            if loop.time() - asked < wait_s / 2:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.1)
 
     async def _wait_ready_cmd(self, guest: GuestClient, ready_cmd: str) -> None:
         """Runs the template's ready command (as its default user) until it exits 0."""

@@ -178,6 +178,8 @@ class Store:
                 "image_id",
                 "digest",
                 "envd_version",
+                "cpu_count",
+                "memory_mb",
                 "start_cmd",
                 "ready_port",
                 "updated_at",

@@ -23,6 +23,8 @@ class TemplateSpec:
     (``"strictjson"``) that the builder copies into the context as
     ``_vendor/sandgate/<name>/`` or ``_vendor/sandgate/<name>.py`` (next to a stub
     ``_vendor/sandgate/__init__.py``), so in-sandbox services ship from this source tree.
+    ``cpu_count`` and ``memory_mb`` are the size its sandboxes get unless a create asks
+    otherwise (within ``limits``).
     """
 
     name: str
@@ -30,6 +32,8 @@ class TemplateSpec:
     description: str
     parent: str | None = None
     vendored: tuple[str, ...] = ()
+    cpu_count: int = 1
+    memory_mb: int = 512
 
 
 SHIPPED_TEMPLATES: Mapping[str, TemplateSpec] = MappingProxyType(
@@ -46,6 +50,10 @@ SHIPPED_TEMPLATES: Mapping[str, TemplateSpec] = MappingProxyType(
             "javascript/typescript, bash) and the code-interpreter server on port 49999",
             parent="base",
             vendored=("interpreter", "strictjson"),
+            # Sized as E2B builds its own code-interpreter template. The second CPU is
+            # what lets a fresh sandbox's kernel load while its server starts.
+            cpu_count=2,
+            memory_mb=2048,
         ),
     }
 )

@@ -89,8 +89,14 @@ class Events:
         return None
 
 
-def _run(home: Path, body: Callable[[Harness], Awaitable[T]], *, warm_pool: int = 0) -> T:
-    pool = f"templates:\n  warm_pool:\n    base: {warm_pool}\n" if warm_pool else "{}\n"
+def _run(
+    home: Path,
+    body: Callable[[Harness], Awaitable[T]],
+    *,
+    warm_pool: int = 0,
+    pooled: str = "base",
+) -> T:
+    pool = f"templates:\n  warm_pool:\n    {pooled}: {warm_pool}\n" if warm_pool else "{}\n"
     (home / "sandgate.yaml").write_text(pool)
     (home / "guest.pyz").write_bytes(b"not run: the fake runtime starts no guest process")
     config = load_config(home / "sandgate.yaml", environ={"SANDGATE_HOME": str(home)})
@@ -122,6 +128,10 @@ async def _stopped(service: SandboxService) -> AsyncIterator[None]:
 
 def _request(**envs: str) -> CreateRequest:
     return CreateRequest(template="base", timeout_s=300, metadata={"k": "v"}, envs=dict(envs))
+
+
+def _sized(template: str, **size: int) -> CreateRequest:
+    return CreateRequest(template=template, timeout_s=300, metadata={}, envs={}, **size)
 
 
 def test_create_then_kill_keeps_store_runtime_and_routes_in_step(home: Path) -> None:
@@ -197,6 +207,39 @@ def test_the_warm_pool_is_taken_configured_and_refilled(home: Path) -> None:
         assert spare not in h.dirs
 
     _run(home, body, warm_pool=1)
+
+
+def test_a_sandbox_gets_its_templates_size_within_the_caps(home: Path) -> None:
+    """As on E2B, a create that names no size gets its template's (the shipped code
+    interpreter is 2 CPUs / 2 GiB); the warm pool boots and serves that size; a template
+    larger than ``limits`` allows is held to the caps."""
+
+    async def body(h: Harness) -> None:
+        built = BuiltTemplate("big", "sandgate/template-big:latest", "sha256:y", "e")
+        register(h.store, built, cpu_count=2, memory_mb=2048)
+        huge = BuiltTemplate("huge", "sandgate/template-huge:latest", "sha256:z", "f")
+        register(h.store, huge, cpu_count=64, memory_mb=10**6)
+        await h.service.start()
+        await h.service.warm_pool_filled()
+        [warm_id] = h.runtime.created
+        spec = h.runtime.sandboxes[warm_id].spec
+        assert (spec.cpu_count, spec.memory_mb) == (2, 2048)  # booted at the template's size
+
+        row = await h.service.create(h.principal, _sized("big"))
+        assert row.id == warm_id and (row.cpu_count, row.memory_mb) == (2, 2048)
+        other = await h.service.create(h.principal, _sized("big", cpu_count=1, memory_mb=512))
+        assert other.id not in h.runtime.created[:2]  # not the pool's size: booted
+        assert (other.cpu_count, other.memory_mb) == (1, 512)
+
+        capped = await h.service.create(h.principal, _sized("huge"))
+        assert (capped.cpu_count, capped.memory_mb) == (4, 8192)  # limits' defaults caps
+        register(h.store, huge, cpu_count=2, memory_mb=1024)  # resized at the next start
+        resized = await h.service.create(h.principal, _sized("huge"))
+        assert (resized.cpu_count, resized.memory_mb) == (2, 1024)
+        base = await h.service.create(h.principal, _request())
+        assert (base.cpu_count, base.memory_mb) == (1, 512)
+
+    _run(home, body, warm_pool=1, pooled="big")
 
 
 def test_a_dead_warm_sandbox_is_discarded_not_handed_out(home: Path) -> None:
