@@ -88,6 +88,9 @@ def test_run_code_state_languages_errors_envs_and_streaming(
     assert main_text(ok(result["cwd"])) == "/home/user"
     # The kernel starts without ipykernel's debugger import; user code may still import it.
     assert main_text(ok(result["debugpy"])) == "True"
+    # The default kernel is the one started before the server's imports (its connection
+    # file is ``_prestart``'s), without jedi and the terminal shell; both load on use.
+    assert main_text(ok(result["lean_start"])) == "(True, False, False, True, True)"
 
     stream = result["stream"]
     # The kernel decides how output is cut into messages (ipykernel flushes on a timer, so

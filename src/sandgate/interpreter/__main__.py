@@ -1,5 +1,12 @@
-"""``python3 -m sandgate.interpreter``: serve on ``SANDGATE_INTERPRETER_PORT`` (49999)."""
+"""``python3 -m sandgate.interpreter``: serve on ``SANDGATE_INTERPRETER_PORT`` (49999).
 
-from .server import main
+The default Python kernel is started first (``_prestart``: standard library only), so that
+it loads while the server imports what it needs."""
 
-main()
+from ._prestart import prestart
+
+prestarted = prestart()
+
+from .server import main  # noqa: E402 - after the prestart, on purpose
+
+main(prestarted)

@@ -23,6 +23,7 @@ from ._events import Event, error_event, now_iso
 from ._kernel import Kernel, KernelDied, KernelStartError
 from ._languages import Language, UnknownLanguage, language_named
 from ._options import DEFAULT_CWD
+from ._prestart import Prestarted
 from ._state import SavedContext, State, StateFile, stop_leftover
 
 __all__ = ["Context", "Contexts", "Execution", "UnknownContext"]
@@ -141,12 +142,17 @@ class Context:
     def kernel(self) -> Kernel | None:
         return self._kernel
 
-    async def start(self) -> None:
-        """Starts the kernel unless it runs; raises ``KernelStartError``."""
-        async with self._lock:
-            await self._ensure_kernel()
+    async def start(self, prestarted: Prestarted | None = None) -> None:
+        """Starts the kernel unless it runs; raises ``KernelStartError``. ``prestarted``
+        becomes its process if it fits (``Kernel.start``), and is stopped otherwise."""
+        try:
+            async with self._lock:
+                await self._ensure_kernel(prestarted)
+        finally:
+            if prestarted is not None:
+                prestarted.discard()  # a no-op once the kernel has it, or stopped it
 
-    async def _ensure_kernel(self) -> Kernel:
+    async def _ensure_kernel(self, prestarted: Prestarted | None = None) -> Kernel:
         if self._kernel is not None and not await self._kernel.is_alive():
             self.state_lost = _KERNEL_GONE.format(language=self.language.name)
             await self._recover(self._kernel)
@@ -159,7 +165,7 @@ class Context:
                 self.language.setup(self._max_output),
                 user=self.user,
             )
-            await kernel.start()
+            await kernel.start(prestarted)
             self._kernel = kernel
             self._applied_env = None
             self._on_change()

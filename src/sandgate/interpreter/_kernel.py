@@ -5,17 +5,26 @@ A kernel runs as the server's own user, or as another user of the sandbox throug
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, cast
 
+import zmq
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.paths import jupyter_path
 
+try:
+    from jupyter_client.provisioning import LocalProvisioner
+except ImportError:  # jupyter_client before 7 has no provisioners: nothing is adopted
+    LocalProvisioner = None
+
 from ._events import Event, event_for
+from ._prestart import KERNEL_NAME, Prestarted, lean_launcher
 from ._state import KernelRecord, process_start_time
 
 __all__ = ["Kernel", "KernelDied", "KernelStartError"]
@@ -24,8 +33,15 @@ _START_TIMEOUT_S = 60.0
 #: How long to wait for a cell's shell reply once its iopub stream went idle.
 _REPLY_WAIT_S = 2.0
 _POLL_S = 1.0
-#: How long a start waits for one kernel-info request's status before asking again.
+#: How long a start waits for the kernel's first answer before checking that it still runs.
 _READY_POLL_S = 0.25
+#: Once the kernel has answered, how long to wait for a kernel-info request's status on
+#: IOPub before asking again (the subscription joins within one reconnect interval).
+_IOPUB_ASK_S = 0.01
+#: The client sockets' reconnect interval (ZeroMQ's default is 100 ms). They connect before
+#: the kernel listens, and every refused attempt would delay the kernel's first answer by up
+#: to one interval.
+_RECONNECT_IVL_MS = 10
 #: Deno's kernel may publish a cell's last output just after its ``idle`` status; we read
 #: on until IOPub has been quiet this long. Other kernels keep Jupyter's ordering.
 _TRAILING_QUIET_S = {"deno": 0.1}
@@ -85,20 +101,26 @@ class Kernel:
         self._manager: Any = None
         self._client: Any = None
 
-    async def start(self) -> None:
-        """Starts the process and waits until it answers; raises ``KernelStartError``."""
+    async def start(self, prestarted: Prestarted | None = None) -> None:
+        """Starts the process and waits until it answers; raises ``KernelStartError``.
+        ``prestarted`` (``_prestart``) becomes the process if it runs what this start would
+        run, and is stopped otherwise."""
         manager = AsyncKernelManager(
             kernel_name=self.kernel_name, kernel_spec_manager=_KernelSpecs()
         )
         cwd = self._cwd
         try:
             spec = manager.kernel_spec
-            spec.argv = _lean_launcher(spec.argv)
+            if prestarted is not None and not self._adopt(manager, spec, prestarted):
+                prestarted.discard()  # now, not after the start it would compete with
+            spec.argv = lean_launcher(spec.argv)
             if self._user is not None:
                 spec.argv = [*_sudo(self._user, cwd), *spec.argv]
                 cwd = "/"
             await manager.start_kernel(cwd=cwd, env=dict(self._env))
         except Exception as exc:
+            if prestarted is not None:
+                prestarted.discard()  # unless jupyter_client took it
             raise KernelStartError(f"cannot start the {self.kernel_name} kernel: {exc}") from exc
         self._manager = manager
         try:
@@ -106,6 +128,31 @@ class Kernel:
         except KernelStartError:
             await self.shutdown()
             raise
+
+    def _adopt(self, manager: Any, spec: Any, prestarted: Prestarted) -> bool:
+        """Whether ``prestarted`` runs what ``manager`` would start for this kernel (spec,
+        command, working directory, user and environment); if so, ``manager`` is set to
+        take that process instead of launching one."""
+        if _Adopting is None or prestarted.process.poll() is not None:
+            return False
+        metadata = spec.metadata if isinstance(spec.metadata, dict) else {}
+        if not (
+            self.kernel_name == KERNEL_NAME
+            and self._user is None
+            and self._cwd == prestarted.cwd
+            and self._env == prestarted.env
+            and os.path.realpath(spec.resource_dir) == os.path.realpath(prestarted.resource_dir)
+            and list(spec.argv) == prestarted.spec_argv
+            and not spec.env
+            and spec.interrupt_mode == "signal"
+            and not metadata.get("kernel_provisioner")
+        ):
+            return False
+        manager.kernel_id = str(uuid.uuid4())
+        manager.provisioner = _Adopting(
+            prestarted, kernel_id=manager.kernel_id, kernel_spec=spec, parent=manager
+        )
+        return True
 
     def record(self) -> KernelRecord | None:
         """The running process, for ``_state``; ``None`` when there is none."""
@@ -117,6 +164,7 @@ class Kernel:
 
     async def _connect(self) -> None:
         client = self._manager.client()
+        client.context.setsockopt(zmq.RECONNECT_IVL, _RECONNECT_IVL_MS)  # for its new sockets
         client.start_channels()
         self._client = client
         try:
@@ -129,34 +177,56 @@ class Kernel:
             await self.run(self._setup, _raise_on_error, silent=True)
 
     async def _await_answer(self) -> None:
-        """Asks for kernel info until one request's status arrives on IOPub: the shell
-        channel works then, and so does the IOPub subscription (which misses whatever the
-        kernel publishes before it is joined).
+        """Waits until the kernel answers on the shell channel and its IOPub reaches us.
+
+        The first kernel-info request waits in the client's queue until the kernel listens,
+        and its reply comes as soon as the kernel has started: no polling on the kernel's
+        start. IOPub is a subscription, which misses whatever the kernel publishes before
+        it is joined (the status of that first request, often), so then we ask again after
+        ``_IOPUB_ASK_S``, backing off, until one request's status arrives.
 
         Not jupyter_client's ``wait_for_ready``: after the same check it waits for IOPub to
-        fall quiet for 0.2 s, a fixed cost on every kernel start and restart."""
+        fall quiet for 0.2 s, a fixed cost on every kernel start and restart. Asking every
+        0.25 s (as this did) put the answer up to that late, on every start."""
         client = self._client
         deadline = time.monotonic() + _START_TIMEOUT_S
-        asked: set[str] = set()
+        asked = {client.kernel_info()}
+        while not await self._shell_reply_to(asked):
+            await self._check_starting(deadline)
+        wait = _IOPUB_ASK_S
         while True:
             asked.add(client.kernel_info())
             try:
                 while True:
-                    msg = await client.get_iopub_msg(timeout=_READY_POLL_S)
+                    msg = await client.get_iopub_msg(timeout=wait)
                     if msg.get("parent_header", {}).get("msg_id") in asked:
                         await self._drain_shell()
                         return
             except queue.Empty:
-                pass
-            if not await self.is_alive():
-                raise KernelStartError(
-                    f"the {self.kernel_name} kernel exited before it answered{self._hint()}"
-                )
-            if time.monotonic() > deadline:
-                raise KernelStartError(
-                    f"the {self.kernel_name} kernel did not answer within "
-                    f"{_START_TIMEOUT_S:.0f}s{self._hint()}"
-                )
+                wait = min(wait * 2, _READY_POLL_S)
+            await self._check_starting(deadline)
+
+    async def _shell_reply_to(self, asked: set[str]) -> bool:
+        """Whether a reply to one of ``asked`` arrived within ``_READY_POLL_S``."""
+        try:
+            while True:
+                reply = await self._client.get_shell_msg(timeout=_READY_POLL_S)
+                if reply.get("parent_header", {}).get("msg_id") in asked:
+                    return True
+        except queue.Empty:
+            return False
+
+    async def _check_starting(self, deadline: float) -> None:
+        """Raises ``KernelStartError`` when the kernel exited or ``deadline`` passed."""
+        if not await self.is_alive():
+            raise KernelStartError(
+                f"the {self.kernel_name} kernel exited before it answered{self._hint()}"
+            )
+        if time.monotonic() > deadline:
+            raise KernelStartError(
+                f"the {self.kernel_name} kernel did not answer within "
+                f"{_START_TIMEOUT_S:.0f}s{self._hint()}"
+            )
 
     def _hint(self) -> str:
         if self._user is None:
@@ -278,28 +348,43 @@ class Kernel:
                 return
 
 
-#: ``python -m ipykernel_launcher``, less the debugger: ipykernel imports ``debugpy`` at start
-#: (about a quarter of its import time) for a debugger no E2B client speaks. The import is
-#: refused while ipykernel loads, then allowed again, so code in the kernel can still import
-#: debugpy. Like the launcher, it keeps the working directory off ``sys.path`` while loading
-#: (IPython puts it back).
-_LEAN_IPYKERNEL = (
-    "import sys\n"
-    "if sys.path and sys.path[0] == '':\n"
-    "    del sys.path[0]\n"
-    "sys.modules['debugpy'] = None\n"
-    "from ipykernel import kernelapp\n"
-    "del sys.modules['debugpy']\n"
-    "kernelapp.launch_new_instance()\n"
-)
+if LocalProvisioner is None:
+    _Adopting = None
+else:
 
+    class _Adopting(LocalProvisioner):  # type: ignore[misc,no-redef]
+        """jupyter_client's local provisioner, except that its first launch takes the
+        process ``_prestart`` started (on the ports and key it was given) instead of
+        starting one. Restarts launch as usual."""
 
-def _lean_launcher(argv: list[str]) -> list[str]:
-    """``argv`` with ipykernel's ``-m ipykernel_launcher`` replaced by ``_LEAN_IPYKERNEL``;
-    any other kernel's unchanged."""
-    if len(argv) >= 3 and argv[1:3] == ["-m", "ipykernel_launcher"]:
-        return [argv[0], "-c", _LEAN_IPYKERNEL, *argv[3:]]
-    return argv
+        def __init__(self, prestarted: Prestarted, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._prestarted: Prestarted | None = prestarted
+            self._prestarted_file: str | None = None
+
+        async def pre_launch(self, **kwargs: Any) -> Any:
+            if self._prestarted is not None:
+                self.parent.load_connection_info(self._prestarted.info)
+                self.ports_cached = True  # keep the ports the kernel listens on
+            return await super().pre_launch(**kwargs)
+
+        async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
+            prestarted, self._prestarted = self._prestarted, None
+            if prestarted is None:
+                return await super().launch_kernel(cmd, **kwargs)
+            self.process = prestarted.take()
+            self.pid = self.pgid = self.process.pid  # its own session
+            self._prestarted_file = prestarted.connection_file
+            return self.connection_info
+
+        async def cleanup(self, restart: bool = False) -> None:
+            """Also removes the prestarted kernel's connection file (jupyter_client removes
+            its own copy), which a killed kernel leaves behind."""
+            await super().cleanup(restart=restart)
+            path, self._prestarted_file = self._prestarted_file, None
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
 
 
 def _sudo(user: str, cwd: str) -> list[str]:

@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import sys
-from pathlib import Path
 from typing import Any
 
 from . import _http
@@ -18,6 +17,7 @@ from ._events import Event
 from ._kernel import KernelStartError
 from ._languages import UnknownLanguage, language_named
 from ._options import context_cwd, context_user
+from ._prestart import Prestarted, kernel_env, state_path
 from ._state import StateFile
 
 __all__ = ["KEEPALIVE_S", "Server", "main"]
@@ -206,24 +206,10 @@ def _optional_str(body: dict[str, Any], key: str) -> str | None:
     return value
 
 
-def state_path() -> Path:
-    """Where the server keeps its state for the next one (``_state``):
-    ``SANDGATE_INTERPRETER_STATE`` or ``~/.local/state/sandgate-interpreter/state.json``."""
-    configured = os.environ.get("SANDGATE_INTERPRETER_STATE")
-    if configured:
-        return Path(configured)
-    return Path.home() / ".local" / "state" / "sandgate-interpreter" / "state.json"
-
-
-def kernel_env() -> dict[str, str]:
-    """The environment every kernel starts with: the sandbox's, minus our own settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDGATE_INTERPRETER_")}
-    return env | {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
-
-
-async def serve(port: int, max_output: int) -> None:
+async def serve(port: int, max_output: int, prestarted: Prestarted | None = None) -> None:
     """Brings back what a previous server left (``Contexts.restore``), starts the default
-    python kernel, then serves until cancelled."""
+    python kernel (taking ``prestarted`` as its process if it fits), then serves until
+    cancelled."""
     # The server's own limit is a backstop for kernels that do not bound themselves
     # (javascript, bash) and for results; python's writers stop at ``max_output``.
     contexts = Contexts(kernel_env(), max_output, StateFile(state_path()))
@@ -232,7 +218,7 @@ async def serve(port: int, max_output: int) -> None:
     python = contexts.default("python")
     contexts.default("javascript")
     try:
-        await python.start()
+        await python.start(prestarted)
     except KernelStartError as exc:
         print(f"sandgate-interpreter: {exc}; will retry on first use", file=sys.stderr)
     server = Server(contexts, max_output=max_output + _BACKSTOP_SLACK)
@@ -255,16 +241,18 @@ async def _listen(server: Server, port: int) -> asyncio.Server:
     return await asyncio.start_server(server.handle, "127.0.0.1", port)
 
 
-def main() -> None:
+def main(prestarted: Prestarted | None = None) -> None:
     port = int(os.environ.get("SANDGATE_INTERPRETER_PORT", DEFAULT_PORT))
     max_output = int(os.environ.get("SANDGATE_INTERPRETER_MAX_OUTPUT", DEFAULT_MAX_OUTPUT))
-    asyncio.run(_serve_until_terminated(port, max_output))
+    asyncio.run(_serve_until_terminated(port, max_output, prestarted))
 
 
-async def _serve_until_terminated(port: int, max_output: int) -> None:
+async def _serve_until_terminated(
+    port: int, max_output: int, prestarted: Prestarted | None
+) -> None:
     """``serve``, stopped cleanly (kernels shut down, state saved) by SIGTERM."""
     task = asyncio.current_task()
     if task is not None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     with contextlib.suppress(asyncio.CancelledError):
-        await serve(port, max_output)
+        await serve(port, max_output, prestarted)

@@ -29,6 +29,17 @@ plt.title("trend")
 plt.show()
 `
 
+const LEAN_START = `
+import sys
+started = (
+    sys.argv[-1].rsplit("/", 1)[-1].startswith("kernel-sandgate-"),
+    "jedi" in sys.modules,
+    "prompt_toolkit" in sys.modules,
+)
+import jedi, IPython.terminal.embed, IPython
+str(started + (callable(IPython.embed), "prompt_toolkit" in sys.modules))
+`
+
 async function scenario() {
   const out = {}
   const sbx = await Sandbox.create({ envs: { SANDBOX_LEVEL: 'sandbox' } })
@@ -45,6 +56,7 @@ async function scenario() {
     out.envs_gone = await runCode("os.environ.get('CELL_ONLY', 'unset')")
     out.cwd = await runCode('import os\nos.getcwd()')
     out.debugpy = await runCode('import debugpy\nbool(debugpy.__version__)')
+    out.lean_start = await runCode(LEAN_START)
 
     const events = []
     const started = performance.now()

@@ -34,6 +34,18 @@ plt.show()
 """
 
 
+LEAN_START = """
+import sys
+started = (
+    sys.argv[-1].rsplit("/", 1)[-1].startswith("kernel-sandgate-"),
+    "jedi" in sys.modules,
+    "prompt_toolkit" in sys.modules,
+)
+import jedi, IPython.terminal.embed, IPython
+str(started + (callable(IPython.embed), "prompt_toolkit" in sys.modules))
+"""
+
+
 def scenario(args: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     sbx = Sandbox.create(envs={"SANDBOX_LEVEL": "sandbox"})
@@ -51,6 +63,7 @@ def scenario(args: list[str]) -> dict[str, Any]:
         out["envs_gone"] = execution_dict(sbx.run_code("os.environ.get('CELL_ONLY', 'unset')"))
         out["cwd"] = execution_dict(sbx.run_code("import os\nos.getcwd()"))
         out["debugpy"] = execution_dict(sbx.run_code("import debugpy\nbool(debugpy.__version__)"))
+        out["lean_start"] = execution_dict(sbx.run_code(LEAN_START))
 
         events: list[dict[str, Any]] = []
         started = time.monotonic()
