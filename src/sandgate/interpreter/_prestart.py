@@ -8,7 +8,7 @@ kernel to start. One after the other, that was the server's own imports (``async
 is standard library only and cheap to import), so the kernel loads while the server imports.
 ``Kernel.start`` then hands the running process to jupyter_client if it was started exactly
 as jupyter_client would have started it (same spec, command, working directory and
-environment; ``Kernel._adoptable``), and otherwise stops it and starts its own.
+environment; ``Kernel._adopt``), and otherwise stops it and starts its own.
 
 Only the first server of a sandbox does this (no saved state, so nothing to restore), for
 the default python context (the server's user, ``DEFAULT_CWD``), and only when the
