@@ -80,10 +80,13 @@ def _archive(sources: list[tuple[str, bytes]]) -> bytes:
     with zipfile.ZipFile(buffer, "w") as archive:
         for name, data in sorted(members):
             info = zipfile.ZipInfo(name, date_time=_EPOCH)
-            info.compress_type = zipfile.ZIP_DEFLATED
+            # Bytecode is what every sandbox's start reads: stored, it is not inflated there
+            # (~2 ms of each start here); sources, read only for tracebacks, stay deflated.
+            stored = name.endswith(".pyc")
+            info.compress_type = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
             info.create_system = 3
-            archive.writestr(info, data, compresslevel=9)
+            archive.writestr(info, data, compresslevel=None if stored else 9)
         archive.comment = _digest(sources)
     return buffer.getvalue()
 
