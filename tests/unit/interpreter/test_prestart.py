@@ -55,14 +55,22 @@ def _write_spec(tmp_path: Path, spec: dict[str, object]) -> None:
     (directory / "kernel.json").write_text(json.dumps(spec))
 
 
-def test_the_plain_spec_is_started_as_jupyter_client_would_start_it(
-    sandbox_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def probe_fifo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """``PROBE`` in the launcher's place, and the FIFO it reports through."""
     probe, fifo = tmp_path / "probe.py", tmp_path / "probe.fifo"
     probe.write_text(PROBE)
     os.mkfifo(fifo)
     monkeypatch.setattr(_prestart, "LAUNCHER", str(probe))
     monkeypatch.setenv("PRESTART_PROBE", str(fifo))
+    return probe, fifo
+
+
+def test_the_plain_spec_is_started_as_jupyter_client_would_start_it(
+    sandbox_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    probe_fifo: tuple[Path, Path],
+) -> None:  # fmt: skip
+    probe, fifo = probe_fifo
     monkeypatch.setenv("PYTHONEXECUTABLE", "/nowhere/python")
     monkeypatch.setenv("SANDGATE_INTERPRETER_PORT", "49999")
 
@@ -102,13 +110,9 @@ def test_the_plain_spec_is_started_as_jupyter_client_would_start_it(
 
 
 def test_a_taken_kernel_is_not_stopped_by_discard(
-    sandbox_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sandbox_home: Path, probe_fifo: tuple[Path, Path]
 ) -> None:
-    probe, fifo = tmp_path / "probe.py", tmp_path / "probe.fifo"
-    probe.write_text(PROBE)
-    os.mkfifo(fifo)
-    monkeypatch.setattr(_prestart, "LAUNCHER", str(probe))
-    monkeypatch.setenv("PRESTART_PROBE", str(fifo))
+    _, fifo = probe_fifo
     prestarted = prestart()
     assert prestarted is not None
     with open(fifo) as f:
