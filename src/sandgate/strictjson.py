@@ -24,14 +24,16 @@ measure (``bytes.translate`` keeps quotes and brackets, ``itertools.accumulate``
 surrogate walk run only when a byte scan says they could matter (more brackets than the cap; a
 ``\\ud..`` escape or a raw surrogate), so a small request pays a few microseconds more than
 ``json.loads`` and a large document a small multiple (``bench/strict_json.py``).
+
+Imports: only modules built into CPython (``_json``'s scanner, the one ``json.loads`` uses,
+driven directly; ``math``, ``itertools``). ``json`` itself pulls in ``re`` and ``enum``, ~10 ms
+of every sandbox's start, since the guest decodes its first request with this module.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
-from array import array
+from _json import encode_basestring_ascii, make_scanner
 from itertools import accumulate
 
 TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (guest/_loop.py)
@@ -58,8 +60,6 @@ MAX_INT = 2**63 - 1
 MIN_INT = -(2**63)
 _MAX_DIGITS = len(str(MAX_INT))  # 19: a longer literal (JSON has no leading zeros) is too big
 
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
-_ESCAPE_PAIR = re.compile(rb"\\.", re.DOTALL)
 _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
 _STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # as signed bytes: +1 / -1
 
@@ -110,9 +110,41 @@ def _constant(text: str) -> Any:
     raise StrictJsonError(f"{text} is not JSON (use a number or null)")
 
 
-_DECODER = json.JSONDecoder(
-    object_pairs_hook=_object, parse_int=_int, parse_float=_float, parse_constant=_constant
-)
+class _Context:
+    """What ``_json.make_scanner`` reads from a ``json.JSONDecoder``: our hooks, strict
+    strings (no raw control characters)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = staticmethod(_object)
+    parse_float = staticmethod(_float)
+    parse_int = staticmethod(_int)
+    parse_constant = staticmethod(_constant)
+
+
+_scan = make_scanner(_Context())  # type: ignore[arg-type]  # typeshed: context is a scanner
+#: JSON's whitespace (RFC 8259), all that may surround the value.
+_WHITESPACE = " \t\n\r"
+
+
+def _decode(text: str) -> Any:
+    """``json.JSONDecoder.decode`` with the scanner above, its messages included."""
+    start = len(text) - len(text.lstrip(_WHITESPACE))
+    try:
+        value, end = _scan(text, start)
+    except StopIteration as stop:
+        raise _syntax("Expecting value", text, stop.value) from None
+    rest = text[end:]
+    if rest.strip(_WHITESPACE):
+        raise _syntax("Extra data", text, end + len(rest) - len(rest.lstrip(_WHITESPACE)))
+    return value
+
+
+def _syntax(message: str, text: str, pos: int) -> StrictJsonError:
+    """A syntax error worded as ``json.JSONDecodeError`` words it."""
+    line = text.count("\n", 0, pos) + 1
+    column = pos - text.rfind("\n", 0, pos)
+    return StrictJsonError(f"{message}: line {line} column {column} (char {pos})", syntax=True)
 
 
 def loads(
@@ -151,14 +183,12 @@ def loads(
     if text.startswith("\ufeff"):
         raise StrictJsonError("starts with a byte-order mark: send plain UTF-8", syntax=True)
     try:
-        value = _DECODER.decode(text)
+        value = _decode(text)
     except StrictJsonError:
         raise
-    except json.JSONDecodeError as exc:
-        raise StrictJsonError(str(exc), syntax=True) from None
     except RecursionError:
         raise StrictJsonError(f"nested deeper than {max_depth} levels") from None
-    except ValueError as exc:  # e.g. CPython's int-digit limit, should a hook ever miss it
+    except ValueError as exc:  # the scanner's JSONDecodeError; CPython's int-digit limit
         raise StrictJsonError(str(exc), syntax=True) from None
     if not allow_surrogates and (raw_surrogate or escapes):
         _walk(value, max_depth, check_strings=True, check_types=False)
@@ -194,9 +224,11 @@ def _depth(raw: bytes) -> int:
     remaining quote delimits a string), keep only quotes and brackets, drop what lies between
     quotes, map brackets to +1/-1 and take the largest running sum."""
     if b"\\" in raw:
-        raw = _ESCAPE_PAIR.sub(b"", raw)
+        # Escaped backslashes first, left to right as the pairs fall; then what remains
+        # escaped that matters here, a quote (the other escapes hold no quote or bracket).
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
     outside = b"".join(raw.translate(None, _NOT_STRUCTURE).split(b'"')[::2])
-    return max(accumulate(array("b", outside.translate(_STEPS))), default=0)
+    return max(accumulate(memoryview(outside.translate(_STEPS)).cast("b")), default=0)
 
 
 def _walk(root: Any, max_depth: int, *, check_strings: bool, check_types: bool) -> None:
@@ -209,7 +241,7 @@ def _walk(root: Any, max_depth: int, *, check_strings: bool, check_types: bool) 
             for key, item in node.items():
                 if not isinstance(key, str):
                     raise StrictJsonError(f"key {key!r} at {where} is not a string")
-                if check_strings and _SURROGATE.search(key):
+                if check_strings and _has_surrogate(key):
                     raise StrictJsonError(f"key {_shown(key)} at {where} has a lone surrogate")
                 stack.append((item, depth + 1, _child(where, f".{_shown_key(key)}")))
         elif isinstance(node, (list, tuple)):
@@ -218,7 +250,7 @@ def _walk(root: Any, max_depth: int, *, check_strings: bool, check_types: bool) 
             for index, item in enumerate(node):
                 stack.append((item, depth + 1, _child(where, f"[{index}]")))
         elif isinstance(node, str):
-            if check_strings and _SURROGATE.search(node):
+            if check_strings and _has_surrogate(node):
                 raise StrictJsonError(f"string at {where} has a lone surrogate")
         elif not check_types or node is None or isinstance(node, bool):
             continue
@@ -232,6 +264,17 @@ def _walk(root: Any, max_depth: int, *, check_strings: bool, check_types: bool) 
             raise StrictJsonError(f"value at {where} is of type {type(node).__name__}, not JSON")
 
 
+def _has_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a surrogate code point: the only ones UTF-8 cannot encode."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _child(where: str, step: str) -> str:
     """The path of a child, elided in the middle once long (paths end up in messages)."""
     path = where + step
@@ -240,7 +283,7 @@ def _child(where: str, step: str) -> str:
 
 def _shown(key: str) -> str:
     """A key for an error message: quoted, escaped, short (keys are attacker-chosen)."""
-    text = json.dumps(key[:64])
+    text = encode_basestring_ascii(key[:64])
     return text if len(key) <= 64 else text[:-1] + '..."'
 
 

@@ -144,6 +144,38 @@ def test_strict_malformed_json_is_one_error(document: bytes) -> None:
     assert raised.value.describe("the body").startswith("the body is not valid JSON: ")
 
 
+@pytest.mark.parametrize(
+    "document",
+    [
+        "",
+        "   ",
+        " \n\t{",
+        '{"a": 1} x',
+        '{"a": 1}\n\n  ]',
+        "[1, 2]]",
+        "{'a': 1}",
+        '{"a": 1,}',
+        "01",
+        '"\x01"',
+        "[1,\n]",
+        '\n\n  {"a":\n tru}',
+        '{"a" 1}',
+        '"unterminated',
+        '"bad escape \\x"',
+        "-",
+    ],
+)
+def test_strict_syntax_errors_are_worded_as_json_words_them(document: str) -> None:
+    """The scanner is driven without ``json.JSONDecoder`` (the guest's start never imports
+    ``json``); what a client reads about a syntax error must not change with that."""
+    with pytest.raises(json.JSONDecodeError) as expected:
+        json.loads(document)
+    with pytest.raises(StrictJsonError) as raised:
+        loads(document)
+    assert raised.value.syntax
+    assert str(raised.value) == str(expected.value)
+
+
 def test_strict_rule_breaks_are_told_from_syntax_errors() -> None:
     with pytest.raises(StrictJsonError) as raised:
         loads(b'{"a": 1, "a": 2}')

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
+
+from sandgate.strictjson import loads
 
 TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
 if TYPE_CHECKING:
@@ -94,8 +95,8 @@ class GuestConfig:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> GuestConfig:
-        with open(path, encoding="utf-8") as file:
-            data = json.load(file)
+        with open(path, "rb") as file:
+            data = loads(file.read(), allow_surrogates=True)
         if not isinstance(data, dict):
             raise ValueError("config: top level must be an object")
         return cls.from_json(data)

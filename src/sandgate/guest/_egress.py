@@ -10,9 +10,9 @@ client gets a 502 answer instead of a hang.
 
 from __future__ import annotations
 
-import contextlib
-import socket
+import _socket
 
+from ._lean import suppress
 from ._log import log
 from ._loop import (
     Task,
@@ -39,7 +39,7 @@ _ANSWER_TIMEOUT_S = 10.0
 class Relay:
     """The listening relay; :meth:`close` stops accepting (open connections run on)."""
 
-    def __init__(self, listener: socket.socket, socket_path: str) -> None:
+    def __init__(self, listener: _socket.socket, socket_path: str) -> None:
         self._listener = listener
         self._socket_path = socket_path
         self._tasks: set[Task[None]] = set()
@@ -51,9 +51,9 @@ class Relay:
         self._accept.cancel()
         close_socket(self._listener)
 
-    async def _relay(self, conn: socket.socket) -> None:
+    async def _relay(self, conn: _socket.socket) -> None:
         try:
-            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            upstream = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
             upstream.setblocking(False)
         except OSError:
             close_socket(conn)
@@ -62,7 +62,7 @@ class Relay:
             await sock_connect(upstream, self._socket_path)
         except OSError:
             close_socket(upstream)
-            with contextlib.suppress(OSError, TimeoutError):
+            with suppress(OSError, TimeoutError):
                 await wait_for(sock_sendall(conn, _UNAVAILABLE), _ANSWER_TIMEOUT_S)
             close_socket(conn)
             return
@@ -71,9 +71,9 @@ class Relay:
 
 def start_relay(port: int, socket_path: str) -> Relay | None:
     """Listens on ``127.0.0.1:port``; returns None (and logs) if the port is taken."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
     try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", port))
         listener.listen(128)
         listener.setblocking(False)

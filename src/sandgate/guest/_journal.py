@@ -20,16 +20,19 @@ chunk while a process is within its budget, and one comparison after.
 
 from __future__ import annotations
 
-import json
 import time
-from collections import deque
+
+from ._lean import dumps
 
 TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
 if TYPE_CHECKING:
+    from collections import deque
     from typing import Any
 
     #: seq, unix time, level, event, pid, stream, message, fields
     Entry = tuple[int, float, str, str, int, str | None, str, dict[str, Any] | None]
+else:
+    from _collections import deque  # what ``collections`` re-exports, without its imports
 
 __all__ = [
     "MAX_BYTES",
@@ -166,8 +169,8 @@ class Journal:
             if size >= REPLY_BYTES:
                 more = True
                 break
-            encoded = json.dumps(entry, separators=(",", ":"))
+            encoded = dumps(entry)
             parts.append(encoded)
             size += len(encoded)
-        head = json.dumps({"ok": True, "first": first, "last": self._seq, "more": more})
+        head = dumps({"ok": True, "first": first, "last": self._seq, "more": more})
         return (head[:-1] + ',"entries":[' + ",".join(parts) + "]}").encode()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+
+from ._lean import dumps
 
 TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ __all__ = ["log"]
 def log(event: str, **fields: Any) -> None:
     record = {"ts": round(time.time(), 3), "pid": os.getpid(), "event": event, **fields}
     try:
-        sys.stderr.write(json.dumps(record, default=str) + "\n")
+        sys.stderr.write(dumps(record, default=str) + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass

@@ -4,8 +4,9 @@ Why not asyncio: it is most of the guest's start-up (~40 of ~76 ms of imports in
 ~4 MiB of its memory), and every sandbox pays it before its first command and for as long as
 it lives. The daemon needs far less: readiness callbacks on a few file descriptors, timers,
 a signal or two, and ``async def`` code that waits on futures. This module is that subset,
-written from the contract of ``selectors`` (one ``epoll`` instance), ``heapq`` and
-``time.monotonic``; it imports nothing else that is not already loaded at start.
+written from the contract of ``selectors`` over one ``select.epoll``, ``heapq`` and
+``time.monotonic``; like the rest of the daemon's start it imports only modules built into
+the interpreter (``_lean`` says why), so no ``selectors``, ``socket`` or ``signal``.
 
 Shape: one loop per process (:func:`run` makes it current, :func:`get_loop` returns it), and
 *no threads*, so the daemon may fork. Callbacks run one at a time from the ready queue; one
@@ -15,23 +16,21 @@ Cancelling a task cancels the future it waits on, so :class:`Cancelled` is raise
 ``await`` (and propagates into a task it awaits). A task that fails while nothing awaits it
 logs its exception (``task_failed``); nothing is lost silently.
 
-Signals (:meth:`Loop.add_signal_handler`) arrive through ``signal.set_wakeup_fd``: the
+Signals (:meth:`Loop.add_signal_handler`) arrive through ``set_wakeup_fd``: the
 Python-level handler does nothing, the kernel's wakeup byte interrupts the selector, and the
 loop runs the callback between other callbacks, never in the middle of one.
 """
 
 from __future__ import annotations
 
-import contextlib
+import _socket
 import errno
 import heapq
 import os
-import selectors
-import signal
-import socket
+import select
 import time
-from collections import deque
 
+from ._lean import accept, suppress
 from ._log import log
 
 # The daemon's start imports no ``typing`` (~0.5 MiB of every idle sandbox, ~4 ms): its guest
@@ -39,6 +38,8 @@ from ._log import log
 # under a ``TYPE_CHECKING`` of their own, which mypy treats like ``typing.TYPE_CHECKING``.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal as _signal
+    from collections import deque
     from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable
     from typing import Any, Generic, TypeVar
 
@@ -48,6 +49,9 @@ if TYPE_CHECKING:
         """``Future``'s generic base for the type checker."""
 
 else:
+    import _signal  # ``signal`` without its enums
+    from _collections import deque  # what ``collections`` re-exports, without its imports
+
     T = None
 
     class _Generic:
@@ -115,14 +119,14 @@ class Loop:
     """Ready queue, timer heap and a selector; see the module docstring."""
 
     def __init__(self) -> None:
-        self._selector = selectors.DefaultSelector()
+        self._selector = select.epoll()
         self._ready: deque[Handle] = deque()
         self._timers: list[Handle] = []
         #: fd -> [reader handle, writer handle]
         self._fds: dict[int, list[Handle | None]] = {}
         self._signals: dict[int, Handle] = {}
-        self._wake_r: socket.socket | None = None
-        self._wake_w: socket.socket | None = None
+        self._wake_r: _socket.socket | None = None
+        self._wake_w: _socket.socket | None = None
         self._stopped = False
 
     # ---- time and callbacks
@@ -166,9 +170,7 @@ class Loop:
         self._unwatch(fd, 1)
 
     def _events(self, slots: list[Handle | None]) -> int:
-        return (selectors.EVENT_READ if slots[0] else 0) | (
-            selectors.EVENT_WRITE if slots[1] else 0
-        )
+        return (select.EPOLLIN if slots[0] else 0) | (select.EPOLLOUT if slots[1] else 0)
 
     def _watch(self, fd: int, slot: int, handle: Handle) -> Handle:
         slots = self._fds.get(fd)
@@ -190,7 +192,7 @@ class Loop:
             for stale in slots:
                 if stale is not None and stale is not handle:
                     stale.cancel()
-            with contextlib.suppress(KeyError, ValueError, OSError):
+            with suppress(KeyError, ValueError, OSError):
                 self._selector.unregister(fd)
             slots = [None, None]
             slots[slot] = handle
@@ -218,7 +220,7 @@ class Loop:
         except (OSError, ValueError, KeyError):
             # The fd was closed under us: epoll already forgot it. Drop our record too.
             self._fds.pop(fd, None)
-            with contextlib.suppress(KeyError, ValueError, OSError):
+            with suppress(KeyError, ValueError, OSError):
                 self._selector.unregister(fd)
         return True
 
@@ -227,13 +229,13 @@ class Loop:
     def add_signal_handler(self, sig: int, callback: Callable[..., object], *args: Any) -> None:
         """Runs ``callback`` on the loop after ``sig`` arrives (coalesced, like the kernel)."""
         if self._wake_r is None:
-            self._wake_r, self._wake_w = socket.socketpair()
+            self._wake_r, self._wake_w = _socket.socketpair()
             self._wake_r.setblocking(False)
             self._wake_w.setblocking(False)
-            signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+            _signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
             self.add_reader(self._wake_r.fileno(), self._on_signals)
         self._signals[sig] = Handle(0.0, callback, args)
-        signal.signal(sig, _ignore_signal)
+        _signal.signal(sig, _ignore_signal)
 
     def _on_signals(self) -> None:
         assert self._wake_r is not None
@@ -264,13 +266,15 @@ class Loop:
             timeout = 0.0
         elif self._timers:
             timeout = max(0.0, self._timers[0].when - self.time())
-        for key, mask in self._selector.select(timeout):
-            slots = self._fds.get(key.fd)
+        # As ``selectors`` reads epoll: an error or hang-up wakes both the reader and the
+        # writer, whose next call meets it. CPython rounds a timeout up to whole ms.
+        for fd, mask in self._selector.poll(-1 if timeout is None else timeout):
+            slots = self._fds.get(fd)
             if slots is None:
                 continue
-            if mask & selectors.EVENT_READ and slots[0] is not None:
+            if mask & ~select.EPOLLOUT and slots[0] is not None:
                 self._ready.append(slots[0])
-            if mask & selectors.EVENT_WRITE and slots[1] is not None:
+            if mask & ~select.EPOLLIN and slots[1] is not None:
                 self._ready.append(slots[1])
         now = self.time()
         while self._timers and self._timers[0].when <= now:
@@ -290,12 +294,12 @@ class Loop:
 
     def close(self) -> None:
         for sig in self._signals:
-            with contextlib.suppress(OSError, ValueError):
-                signal.signal(sig, signal.SIG_DFL)
+            with suppress(OSError, ValueError):
+                _signal.signal(sig, _signal.SIG_DFL)
         self._signals.clear()
         if self._wake_r is not None:
-            with contextlib.suppress(ValueError):
-                signal.set_wakeup_fd(-1)
+            with suppress(ValueError):
+                _signal.set_wakeup_fd(-1)
             self.remove_reader(self._wake_r.fileno())
             self._wake_r.close()
             assert self._wake_w is not None
@@ -375,7 +379,7 @@ class Future(_Generic[T]):
             self._callbacks.append(callback)
 
     def remove_done_callback(self, callback: Callable[[Future[T]], object]) -> None:
-        with contextlib.suppress(ValueError):
+        with suppress(ValueError):
             self._callbacks.remove(callback)
 
     def __await__(self) -> Generator[Future[T], None, T]:
@@ -543,7 +547,7 @@ class Event:
         try:
             await waiter
         finally:
-            with contextlib.suppress(ValueError):
+            with suppress(ValueError):
                 self._waiters.remove(waiter)
 
 
@@ -570,7 +574,7 @@ class Lock:
                 self._wake_next()  # the lock was handed to us as we were cancelled
             raise
         finally:
-            with contextlib.suppress(ValueError):
+            with suppress(ValueError):
                 self._waiters.remove(waiter)
 
     def release(self) -> None:
@@ -618,7 +622,7 @@ async def writable(fd: int) -> None:
         loop.remove_writer(fd, handle)
 
 
-async def sock_recv(sock: socket.socket, size: int) -> bytes:
+async def sock_recv(sock: _socket.socket, size: int) -> bytes:
     while True:
         try:
             return sock.recv(size)
@@ -626,7 +630,7 @@ async def sock_recv(sock: socket.socket, size: int) -> bytes:
             await readable(sock.fileno())
 
 
-async def sock_sendall(sock: socket.socket, data: bytes) -> None:
+async def sock_sendall(sock: _socket.socket, data: bytes) -> None:
     view = memoryview(data)
     while view:
         try:
@@ -635,11 +639,11 @@ async def sock_sendall(sock: socket.socket, data: bytes) -> None:
             await writable(sock.fileno())
 
 
-async def sock_accept(listener: socket.socket) -> tuple[socket.socket, Any]:
+async def sock_accept(listener: _socket.socket) -> tuple[_socket.socket, Any]:
     """Accepts one connection; the new socket is non-blocking (and close-on-exec)."""
     while True:
         try:
-            conn, address = listener.accept()
+            conn, address = accept(listener)
         except (BlockingIOError, InterruptedError):
             await readable(listener.fileno())
             continue
@@ -648,8 +652,8 @@ async def sock_accept(listener: socket.socket) -> tuple[socket.socket, Any]:
 
 
 async def accept_forever(
-    listener: socket.socket,
-    handle: Callable[[socket.socket], Coroutine[Any, Any, None]],
+    listener: _socket.socket,
+    handle: Callable[[_socket.socket], Coroutine[Any, Any, None]],
     tasks: set[Task[None]],
     failure_event: str,
 ) -> None:
@@ -668,9 +672,9 @@ async def accept_forever(
         task.add_done_callback(tasks.discard)
 
 
-async def sock_connect(sock: socket.socket, address: Any) -> None:
+async def sock_connect(sock: _socket.socket, address: Any) -> None:
     """Connects a non-blocking socket; raises ``OSError`` as ``connect`` would."""
-    if sock.family == socket.AF_UNIX:
+    if sock.family == _socket.AF_UNIX:
         # A Unix socket's EAGAIN means "backlog full, nothing queued": try again shortly.
         for _ in range(_UNIX_CONNECT_TRIES):
             try:
@@ -685,12 +689,12 @@ async def sock_connect(sock: socket.socket, address: Any) -> None:
     except (BlockingIOError, InterruptedError):
         pass
     await writable(sock.fileno())
-    error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    error = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR)
     if error:
         raise OSError(error, os.strerror(error))
 
 
-def close_socket(sock: socket.socket) -> None:
+def close_socket(sock: _socket.socket) -> None:
     """Closes ``sock`` after dropping the loop's watchers of it (see :meth:`Loop.forget_fd`)."""
     fd = sock.fileno()
     if fd >= 0 and _current is not None:
@@ -704,7 +708,7 @@ class BufferedSender:
     daemon pauses a process's output above a high-water mark and drops a reader that stalls);
     a peer that errors closes only this sender."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: _socket.socket) -> None:
         self._loop = get_loop()
         self._sock = sock
         self._fd = sock.fileno()
@@ -772,7 +776,7 @@ class BufferedSender:
     async def close(self, seconds: float) -> None:
         """Sends what is buffered, then closes; aborts if the peer does not read it within
         ``seconds``."""
-        with contextlib.suppress(TimeoutError, OSError):
+        with suppress(TimeoutError, OSError):
             await wait_for(self.drain(), seconds)
         self.abort()
 

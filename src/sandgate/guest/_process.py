@@ -13,20 +13,17 @@ Runs on the daemon's event loop only; the daemon has no threads, so ``fork`` is 
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import fcntl
 import os
-import signal
 import stat
 import struct
 import termios
 import time
-from collections import OrderedDict
 
 from ._config import GuestConfig
 from ._errors import OpError
 from ._journal import Journal
+from ._lean import suppress
 from ._log import log
 from ._loop import (
     BufferedSender,
@@ -45,7 +42,12 @@ from .protocol import OUTPUT_CHUNK, PTY_CHUNK, Kind, encode_frame, encode_json
 
 TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
 if TYPE_CHECKING:
+    import signal as _signal
+    from collections import OrderedDict
     from typing import Any
+else:
+    import _signal  # ``signal`` without its enums (see ``_lean``)
+    from _collections import OrderedDict  # ``collections``' own, without its imports
 
 __all__ = ["Process", "ProcessTable", "SpawnSpec"]
 
@@ -60,22 +62,22 @@ _MAX_RETAINED = 1024
 PROCESS_OOM_SCORE_ADJ = b"1000"
 _DRAIN_LIMIT = 4 * 1024 * 1024
 
-_SIGNAL_NAMES = {
-    signal.SIGHUP: "hangup",
-    signal.SIGINT: "interrupt",
-    signal.SIGQUIT: "quit",
-    signal.SIGILL: "illegal instruction",
-    signal.SIGTRAP: "trace/breakpoint trap",
-    signal.SIGABRT: "aborted",
-    signal.SIGBUS: "bus error",
-    signal.SIGFPE: "floating point exception",
-    signal.SIGKILL: "killed",
-    signal.SIGUSR1: "user defined signal 1",
-    signal.SIGSEGV: "segmentation fault",
-    signal.SIGUSR2: "user defined signal 2",
-    signal.SIGPIPE: "broken pipe",
-    signal.SIGALRM: "alarm clock",
-    signal.SIGTERM: "terminated",
+_SIGNAL_NAMES: dict[int, str] = {
+    _signal.SIGHUP: "hangup",
+    _signal.SIGINT: "interrupt",
+    _signal.SIGQUIT: "quit",
+    _signal.SIGILL: "illegal instruction",
+    _signal.SIGTRAP: "trace/breakpoint trap",
+    _signal.SIGABRT: "aborted",
+    _signal.SIGBUS: "bus error",
+    _signal.SIGFPE: "floating point exception",
+    _signal.SIGKILL: "killed",
+    _signal.SIGUSR1: "user defined signal 1",
+    _signal.SIGSEGV: "segmentation fault",
+    _signal.SIGUSR2: "user defined signal 2",
+    _signal.SIGPIPE: "broken pipe",
+    _signal.SIGALRM: "alarm clock",
+    _signal.SIGTERM: "terminated",
 }
 
 
@@ -164,11 +166,7 @@ def describe_status(status: int) -> tuple[int, bool, str]:
         code = os.WEXITSTATUS(status)
         return code, True, f"exit status {code}"
     sig = os.WTERMSIG(status)
-    try:
-        name = _SIGNAL_NAMES.get(signal.Signals(sig), f"signal {sig}")
-    except ValueError:
-        name = f"signal {sig}"
-    text = f"signal: {name}"
+    text = f"signal: {_SIGNAL_NAMES.get(sig, f'signal {sig}')}"
     if os.WCOREDUMP(status):
         text += " (core dumped)"
     return -1, False, text
@@ -432,8 +430,8 @@ class ProcessTable:
 
     def _on_timeout(self, proc: Process) -> None:
         proc.timed_out = True
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, _signal.SIGKILL)
 
     def _finish(self, proc: Process) -> None:
         if proc.end is not None or proc.status is None:
@@ -514,7 +512,7 @@ class ProcessTable:
         _set_winsize(proc.stdin_fd, *_size(cols, rows))
 
     def send_signal(self, proc: Process, sig: Any) -> None:
-        if not isinstance(sig, int) or isinstance(sig, bool) or not 0 < sig < signal.NSIG:
+        if not isinstance(sig, int) or isinstance(sig, bool) or not 0 < sig < _signal.NSIG:
             raise OpError("invalid_argument", f"invalid signal: {sig!r}")
         try:
             os.killpg(proc.pid, sig)
@@ -523,8 +521,8 @@ class ProcessTable:
 
     def kill_all(self) -> None:
         for proc in list(self.running.values()):
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            with suppress(OSError):
+                os.killpg(proc.pid, _signal.SIGKILL)
 
 
 def _resolve(future: Future[None]) -> None:
@@ -536,8 +534,15 @@ def decode_input(request: dict[str, Any]) -> bytes:
     data = request.get("data", "")
     if not isinstance(data, str):
         raise OpError("invalid_argument", "data must be base64 text")
+    import binascii  # what ``base64`` wraps; ``base64`` itself imports ``re``
+
     try:
-        return base64.b64decode(data, validate=True)
+        try:
+            return binascii.a2b_base64(data, strict_mode=True)
+        except TypeError:  # a Python before 3.11 (the template's): no strict mode
+            import base64
+
+            return base64.b64decode(data, validate=True)
     except ValueError:
         raise OpError("invalid_argument", "data is not valid base64") from None
 
@@ -584,11 +589,11 @@ def _exec_child(
             fcntl.ioctl(stdio[0], termios.TIOCSCTTY, 0)
         for target, fd in enumerate(stdio):
             os.dup2(fd, target)
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-            signal.signal(sig, signal.SIG_DFL)
+        for sig in (_signal.SIGPIPE, _signal.SIGXFSZ):
+            _signal.signal(sig, _signal.SIG_DFL)
         # Out of memory, the kernel must pick the caller's processes before the guest (which
         # runs below this): raising one's own score needs no privilege.
-        with contextlib.suppress(OSError):
+        with suppress(OSError):
             oom = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
             os.write(oom, PROCESS_OOM_SCORE_ADJ)
             os.close(oom)
@@ -610,7 +615,7 @@ def _exec_child(
             message = f"{code}:cannot start {argv[0]!r}: {exc.strerror}"
         else:
             message = f"{code}:cannot start {argv[0]!r}: {exc}"
-        with contextlib.suppress(OSError):
+        with suppress(OSError):
             os.write(report_fd, message.encode("utf-8", "replace"))
     finally:
         os._exit(127)

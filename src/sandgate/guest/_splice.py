@@ -6,9 +6,9 @@ the other side took the last (a peer that stops reading stops its sender's direc
 
 from __future__ import annotations
 
-import contextlib
-import socket
+import _socket
 
+from ._lean import suppress
 from ._loop import Task, close_socket, readable, sock_sendall, spawn, wait_first
 
 __all__ = ["splice"]
@@ -16,7 +16,7 @@ __all__ = ["splice"]
 _CHUNK = 64 * 1024
 
 
-async def _pump(src: socket.socket, dst: socket.socket) -> None:
+async def _pump(src: _socket.socket, dst: _socket.socket) -> None:
     while True:
         try:
             data = src.recv(_CHUNK)
@@ -26,11 +26,11 @@ async def _pump(src: socket.socket, dst: socket.socket) -> None:
         if not data:
             break
         await sock_sendall(dst, data)
-    with contextlib.suppress(OSError):
-        dst.shutdown(socket.SHUT_WR)  # pass the end of file on; the other way may go on
+    with suppress(OSError):
+        dst.shutdown(_socket.SHUT_WR)  # pass the end of file on; the other way may go on
 
 
-async def splice(a: socket.socket, b: socket.socket) -> None:
+async def splice(a: _socket.socket, b: _socket.socket) -> None:
     """Copies ``a`` -> ``b`` and ``b`` -> ``a`` until both ends finished or either failed,
     then closes both sockets (non-blocking ones)."""
     pumps: list[Task[None]] = [spawn(_pump(a, b)), spawn(_pump(b, a))]

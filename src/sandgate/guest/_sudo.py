@@ -21,15 +21,13 @@ client goes away first, the command gets SIGHUP, as from a terminal hangup.
 
 from __future__ import annotations
 
-import contextlib
-import json
+import _socket
 import os
 import pwd
-import signal
-import socket
 import struct
 
 from ._errors import OpError
+from ._lean import recv_fds, suppress
 from ._log import log
 from ._loop import (
     Future,
@@ -46,11 +44,14 @@ from ._loop import (
 )
 from ._process import _exec_child, _read_all
 from ._users import lookup_user
-from .protocol import FRAME_HEADER, SUDO_SOCKET, Kind, encode_json
+from .protocol import FRAME_HEADER, SUDO_SOCKET, Kind, decode_json, encode_json
 
 TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
 if TYPE_CHECKING:
+    import signal as _signal
     from typing import Any
+else:
+    import _signal  # ``signal`` without its enums (see ``_lean``)
 
 __all__ = ["SudoServer"]
 
@@ -67,11 +68,11 @@ class SudoServer:
         self._enabled = enabled
         self._max_running = max_running
         self._running: dict[int, Future[int]] = {}
-        self._listener: socket.socket | None = None
+        self._listener: _socket.socket | None = None
         self._tasks: set[Task[None]] = set()
 
     def start(self) -> None:
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
         try:
             listener.bind(SUDO_SOCKET)
         except OSError as exc:
@@ -99,12 +100,12 @@ class SudoServer:
             done.set_result(status)
         return True
 
-    async def _serve(self, conn: socket.socket) -> None:
+    async def _serve(self, conn: _socket.socket) -> None:
         fds: list[int] = []
         try:
             pid_, uid, _gid = struct.unpack(
                 _SO_PEERCRED_FORMAT,
-                conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")),
+                conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i")),
             )
             conn.setblocking(False)
             request, fds = await wait_for(self._read_request(conn), _REQUEST_TIMEOUT_S)
@@ -120,7 +121,7 @@ class SudoServer:
             except OpError as exc:
                 raise _Refused(f"{request.get('user') or 'root'}: {exc.message}") from None
         except _Refused as exc:
-            with contextlib.suppress(OSError):
+            with suppress(OSError):
                 await sock_sendall(conn, encode_json({"ok": False, "message": str(exc)}))
             close_socket(conn)
             return
@@ -130,7 +131,7 @@ class SudoServer:
             return
         finally:
             for fd in fds:
-                with contextlib.suppress(OSError):
+                with suppress(OSError):
                     os.close(fd)
         log("sudo", caller_uid=uid, caller_pid=pid_, pid=pid, argv0=str(request["argv"][0])[:64])
         try:
@@ -141,7 +142,7 @@ class SudoServer:
         finally:
             close_socket(conn)
 
-    async def _relay(self, conn: socket.socket, pid: int, done: Future[int]) -> None:
+    async def _relay(self, conn: _socket.socket, pid: int, done: Future[int]) -> None:
         """Forwards the client's signals until the command ends, then sends its status."""
         reader: Task[bytes] = spawn(sock_recv(conn, 4096))
         buffer = b""
@@ -154,7 +155,7 @@ class SudoServer:
                     return
                 chunk = reader.result()
                 if not chunk:  # the client is gone: hang up on the command
-                    _signal_group(pid, signal.SIGHUP)
+                    _signal_group(pid, _signal.SIGHUP)
                     return
                 buffer += chunk
                 buffer = _forward_signals(buffer, pid)
@@ -162,23 +163,29 @@ class SudoServer:
         finally:
             reader.cancel()
 
-    async def _read_request(self, conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    async def _read_request(self, conn: _socket.socket) -> tuple[dict[str, Any], list[int]]:
         await readable(conn.fileno())
-        data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
-        if not data:
-            raise EOFError("no request")
-        while len(data) < FRAME_HEADER.size:
-            data += await self._recv_more(conn)
-        kind, length = FRAME_HEADER.unpack(data[: FRAME_HEADER.size])
-        if kind != Kind.JSON or length > _MAX_REQUEST:
-            raise ValueError("bad sudo request frame")
-        while len(data) < FRAME_HEADER.size + length:
-            data += await self._recv_more(conn)
-        request = json.loads(data[FRAME_HEADER.size : FRAME_HEADER.size + length])
-        _check(request, fds)
+        data, fds, _, _ = recv_fds(conn, 65536, 3)
+        try:
+            if not data:
+                raise EOFError("no request")
+            while len(data) < FRAME_HEADER.size:
+                data += await self._recv_more(conn)
+            kind, length = FRAME_HEADER.unpack(data[: FRAME_HEADER.size])
+            if kind != Kind.JSON or length > _MAX_REQUEST:
+                raise ValueError("bad sudo request frame")
+            while len(data) < FRAME_HEADER.size + length:
+                data += await self._recv_more(conn)
+            request = decode_json(data[FRAME_HEADER.size : FRAME_HEADER.size + length])
+            _check(request, fds)
+        except BaseException:
+            for fd in fds:  # the caller never sees them: close them here, not leak them
+                with suppress(OSError):
+                    os.close(fd)
+            raise
         return request, fds
 
-    async def _recv_more(self, conn: socket.socket) -> bytes:
+    async def _recv_more(self, conn: _socket.socket) -> bytes:
         chunk = await sock_recv(conn, 65536)
         if not chunk:
             raise EOFError("request cut short")
@@ -212,7 +219,7 @@ class SudoServer:
         failure = _read_all(report_r)
         os.close(report_r)
         if failure:
-            with contextlib.suppress(ChildProcessError):
+            with suppress(ChildProcessError):
                 os.waitpid(pid, 0)
             _, _, message = failure.decode("utf-8", "replace").partition(":")
             if "No such file or directory" in message:
@@ -255,15 +262,15 @@ def _forward_signals(buffer: bytes, pid: int) -> bytes:
             break
         payload = buffer[FRAME_HEADER.size : FRAME_HEADER.size + length]
         buffer = buffer[FRAME_HEADER.size + length :]
-        with contextlib.suppress(ValueError, TypeError):
-            number = json.loads(payload).get("signal")
+        with suppress(ValueError, TypeError):
+            number = decode_json(payload).get("signal")
             if kind == Kind.JSON and isinstance(number, int) and 0 < number < 65:
                 _signal_group(pid, number)
     return buffer
 
 
 def _signal_group(pid: int, number: int) -> None:
-    with contextlib.suppress(OSError):
+    with suppress(OSError):
         os.killpg(pid, number)
 
 

@@ -17,6 +17,7 @@ worker reads what is still queued, finishes every operation it runs, then exits.
 
 from __future__ import annotations
 
+import _socket
 import contextlib
 import gc
 import os
@@ -28,6 +29,7 @@ from typing import Any, NoReturn
 from ._config import GuestConfig
 from ._errors import OpError, from_oserror
 from ._files import FILE_OPS, FileContext
+from ._lean import recv_fds
 from ._log import log
 from ._users import User
 from ._wire import FrameError, send_json
@@ -41,7 +43,7 @@ _DISCARD_LIMIT = 256 * 1024 * 1024
 _UPLOAD_OPS = frozenset({"write_file", "write_files"})
 
 
-def run_worker(ctrl: socket.socket, user: User, config: GuestConfig) -> NoReturn:
+def run_worker(ctrl: _socket.socket, user: User, config: GuestConfig) -> NoReturn:
     """Entry point in the freshly forked child; never returns."""
     code = 0
     try:
@@ -87,11 +89,11 @@ def _drop_privileges(user: User) -> None:
         os.chdir("/")
 
 
-def _serve(ctrl: socket.socket, ctx: FileContext) -> None:
+def _serve(ctrl: _socket.socket, ctx: FileContext) -> None:
     slots = threading.BoundedSemaphore(_MAX_CONNECTIONS)
     while True:
         try:
-            message, fds, _, _ = socket.recv_fds(ctrl, MAX_WORKER_MESSAGE, 1)
+            message, fds, _, _ = recv_fds(ctrl, MAX_WORKER_MESSAGE, 1)
         except InterruptedError:
             continue
         if not message and not fds:

@@ -18,8 +18,9 @@ cannot read or write its memory through ``/proc``; a worker that sandbox code st
 and replaced, so a stopped worker never hangs a request. Not done here: resource limits,
 network policy, seccomp (the runtime), authentication of E2B clients (the gateway).
 
-Shape: one event loop (``_loop``: selectors, not asyncio, whose import would be most of every
-sandbox's start) and *no threads*, so forking children and workers is safe. One
+Shape: one event loop (``_loop``: epoll, not asyncio, whose import would be most of every
+sandbox's start; the start imports only modules built into the interpreter, see ``_lean``)
+and *no threads*, so forking children and workers is safe. One
 request per connection: the daemon reads exactly the first frame (never more, so a file
 upload's DATA frames stay in the socket for the worker) and dispatches it.
 
@@ -29,15 +30,14 @@ Usage: ``python3 -I guest.pyz --listen-fd 3 --config /run/sandgate/guest.json`` 
 
 from __future__ import annotations
 
-import contextlib
+import _socket
 import gc
 import os
-import signal
-import socket
 import sys
 
 from ._config import GuestConfig
 from ._errors import OpError
+from ._lean import send_fds, suppress
 from ._log import log
 from ._loop import (
     BufferedSender,
@@ -77,7 +77,10 @@ from .protocol import (
 
 TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
 if TYPE_CHECKING:
+    import signal as _signal
     from typing import Any
+else:
+    import _signal  # ``signal`` without its enums
 
 __all__ = ["main"]
 
@@ -90,7 +93,7 @@ _TUNNEL_RETRY_S = 0.005
 class _Worker:
     """The daemon's handle on one user's file worker."""
 
-    def __init__(self, user: User, pid: int, ctrl: socket.socket, now: float) -> None:
+    def __init__(self, user: User, pid: int, ctrl: _socket.socket, now: float) -> None:
         self.user = user
         self.pid = pid
         self.ctrl = ctrl
@@ -116,13 +119,13 @@ class Daemon:
 
     # ---- lifecycle
 
-    async def serve(self, listener: socket.socket) -> None:
+    async def serve(self, listener: _socket.socket) -> None:
         listener.setblocking(False)
-        self.loop.add_signal_handler(signal.SIGCHLD, self.reap)
+        self.loop.add_signal_handler(_signal.SIGCHLD, self.reap)
         if os.getpid() != 1:
             # SECURITY: as the sandbox's PID 1 the daemon installs no handler a process inside
             # could trigger to stop it; the runtime kills it with SIGKILL from outside.
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (_signal.SIGTERM, _signal.SIGINT):
                 self.loop.add_signal_handler(sig, self.stopping.set)
         self.reap()
         self.sudo.start()
@@ -170,12 +173,12 @@ class Daemon:
         if worker is not None:
             log("worker_stopped", user=worker.user.name)
             self._retire(worker)
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+            with suppress(OSError):
+                os.kill(pid, _signal.SIGKILL)
 
     # ---- one connection
 
-    async def _handle(self, conn: socket.socket) -> None:
+    async def _handle(self, conn: _socket.socket) -> None:
         request: dict[str, Any] = {}
         try:
             try:
@@ -198,7 +201,7 @@ class Daemon:
             pass  # the client went away
         except Exception as exc:
             log("request_failed", op=str(request.get("op")), error=repr(exc))
-            with contextlib.suppress(OSError):
+            with suppress(OSError):
                 await sock_sendall(
                     conn, encode_json(OpError("internal", f"guest error: {exc}").to_json())
                 )
@@ -207,14 +210,14 @@ class Daemon:
             # stream's sender may have closed this same socket object already.
             close_socket(conn)
 
-    async def _read_request(self, conn: socket.socket) -> bytes:
+    async def _read_request(self, conn: _socket.socket) -> bytes:
         header = await self._recv_exact(conn, FRAME_HEADER.size)
         kind, length = FRAME_HEADER.unpack(header)
         if kind != Kind.JSON or length > MAX_REQUEST:
             raise ValueError("the first frame must be a JSON request")
         return await self._recv_exact(conn, length)
 
-    async def _recv_exact(self, conn: socket.socket, size: int) -> bytes:
+    async def _recv_exact(self, conn: _socket.socket, size: int) -> bytes:
         buf = bytearray()
         while len(buf) < size:
             chunk = await sock_recv(conn, size - len(buf))
@@ -240,14 +243,14 @@ class Daemon:
             return worker
         if worker is not None:
             self._retire(worker)
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        parent, child = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
             # Before anything else runs here: the event loop's state came with the fork, and
             # neither the collector (a finaliser closing a socket the daemon watches) nor a
             # signal (written to the daemon's wakeup socket) may reach it.
             gc.freeze()
-            signal.set_wakeup_fd(-1)
+            _signal.set_wakeup_fd(-1)
             parent.close()
             # Imported in the child only: the file operations' modules (threads, pwd and grp
             # lookups, ...) never weigh on PID 1's start-up or its resident memory.
@@ -294,7 +297,9 @@ class Daemon:
                 waiter.set_exception(ConnectionResetError("the file worker was retired"))
         worker.ctrl.close()
 
-    async def _hand_off(self, conn: socket.socket, payload: bytes, request: dict[str, Any]) -> None:
+    async def _hand_off(
+        self, conn: _socket.socket, payload: bytes, request: dict[str, Any]
+    ) -> None:
         user = self.user(request)
         if len(payload) > MAX_WORKER_MESSAGE:
             raise OpError("invalid_argument", "request is too large")
@@ -314,7 +319,7 @@ class Daemon:
                 raise ConnectionResetError("the file worker was retired")
             ctrl_fd = worker.ctrl.fileno()
             try:
-                socket.send_fds(worker.ctrl, [payload], [fd])
+                send_fds(worker.ctrl, [payload], [fd])
                 return
             except BlockingIOError:
                 ready: Future[None] = self.loop.create_future()
@@ -328,16 +333,16 @@ class Daemon:
 
     # ---- unary operations
 
-    async def _reply(self, conn: socket.socket, message: dict[str, Any]) -> None:
+    async def _reply(self, conn: _socket.socket, message: dict[str, Any]) -> None:
         await sock_sendall(conn, encode_json(message))
 
-    async def op_ping(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    async def op_ping(self, conn: _socket.socket, request: dict[str, Any]) -> None:
         await self._reply(conn, {"ok": True, "version": PROTOCOL_VERSION, "pid": os.getpid()})
 
-    async def op_envs(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    async def op_envs(self, conn: _socket.socket, request: dict[str, Any]) -> None:
         await self._reply(conn, {"ok": True, "envs": self.config.envs})
 
-    async def op_configure(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    async def op_configure(self, conn: _socket.socket, request: dict[str, Any]) -> None:
         """Replaces the sandbox-level environment (a claimed warm sandbox, envd's ``/init``)
         and, when the request names them, the default user and working directory. Only
         processes started afterwards see the new values; the file workers keep resolving
@@ -359,7 +364,7 @@ class Daemon:
         self.processes.reconfigure(config)
         await self._reply(conn, {"ok": True})
 
-    async def op_logs(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    async def op_logs(self, conn: _socket.socket, request: dict[str, Any]) -> None:
         """The process log since sequence number ``after`` (``_journal``)."""
         after = request.get("after", 0)
         if not isinstance(after, int) or isinstance(after, bool) or after < 0:
@@ -367,33 +372,33 @@ class Daemon:
         body = self.processes.journal.reply(after)
         await sock_sendall(conn, FRAME_HEADER.pack(Kind.JSON, len(body)) + body)
 
-    async def op_list(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    async def op_list(self, conn: _socket.socket, request: dict[str, Any]) -> None:
         infos = [proc.info() for proc in self.processes.running.values()]
         await self._reply(conn, {"ok": True, "processes": infos})
 
-    async def op_signal(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    async def op_signal(self, conn: _socket.socket, request: dict[str, Any]) -> None:
         proc = self.processes.find_running(request)
         self.processes.send_signal(proc, request.get("signal"))
         await self._reply(conn, {"ok": True})
 
-    async def op_send_input(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    async def op_send_input(self, conn: _socket.socket, request: dict[str, Any]) -> None:
         proc = self.processes.find_running(request)
         data = decode_input(request)
         await self.processes.send_input(proc, data, bool(request.get("pty", False)))
         await self._reply(conn, {"ok": True})
 
-    async def op_close_stdin(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    async def op_close_stdin(self, conn: _socket.socket, request: dict[str, Any]) -> None:
         self.processes.close_stdin(self.processes.find_running(request))
         await self._reply(conn, {"ok": True})
 
-    async def op_resize(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    async def op_resize(self, conn: _socket.socket, request: dict[str, Any]) -> None:
         proc = self.processes.find_running(request)
         self.processes.resize(proc, request.get("cols"), request.get("rows"))
         await self._reply(conn, {"ok": True})
 
     # ---- streams
 
-    async def op_spawn(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    async def op_spawn(self, conn: _socket.socket, request: dict[str, Any]) -> None:
         spec = SpawnSpec.from_request(request)
         user = self.user(request)
         sender = BufferedSender(conn)
@@ -406,11 +411,11 @@ class Daemon:
             return
         await self._stream(conn, sender, proc)
 
-    async def op_connect(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    async def op_connect(self, conn: _socket.socket, request: dict[str, Any]) -> None:
         proc = self.processes.find(request)
         await self._stream(conn, BufferedSender(conn), proc)
 
-    async def _stream(self, conn: socket.socket, sender: BufferedSender, proc: Process) -> None:
+    async def _stream(self, conn: _socket.socket, sender: BufferedSender, proc: Process) -> None:
         """Sends start, live output and end; the client leaving only unsubscribes it. The
         client sends nothing on a stream: the socket turning readable means it left."""
         sender.write(encode_json({"ev": "start", "pid": proc.pid}))
@@ -432,7 +437,7 @@ class Daemon:
         else:
             sender.abort()
 
-    async def op_tunnel(self, conn: socket.socket, request: dict[str, Any]) -> None:
+    async def op_tunnel(self, conn: _socket.socket, request: dict[str, Any]) -> None:
         port = request.get("port")
         if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
             raise OpError("invalid_argument", "port must be an integer in 1..65535")
@@ -459,10 +464,10 @@ class Daemon:
         await splice(conn, upstream)
 
 
-async def _connect_local(port: int) -> socket.socket | None:
+async def _connect_local(port: int) -> _socket.socket | None:
     """A connection to ``127.0.0.1:port``, or ``None`` when nothing accepts it there."""
     try:
-        upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        upstream = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
     except OSError:
         return None
     try:
@@ -498,13 +503,13 @@ _HANDLERS: dict[str, Any] = {
 }
 
 
-def _listen(path: str) -> socket.socket:
+def _listen(path: str) -> _socket.socket:
     """Binds under a temporary name and renames into place: a client that can connect to
     ``path`` always reaches a daemon that is listening (``--socket``, outside sandboxes)."""
     temp = f"{path}.{os.getpid()}.tmp"
-    with contextlib.suppress(FileNotFoundError):
+    with suppress(FileNotFoundError):
         os.unlink(temp)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     listener.bind(temp)
     os.chmod(temp, 0o600)
     if os.geteuid() == 0:
@@ -527,7 +532,7 @@ def _ensure_std_fds() -> None:
                 os.close(null)
 
 
-async def _run(listener: socket.socket, config: GuestConfig) -> None:
+async def _run(listener: _socket.socket, config: GuestConfig) -> None:
     await Daemon(config).serve(listener)
 
 
@@ -593,7 +598,7 @@ def main(argv: list[str] | None = None) -> None:
         log("bad_config", path=config_path, error=str(exc))
         sys.exit(2)
     if listen_fd is not None:
-        listener = socket.socket(fileno=listen_fd)
+        listener = _socket.socket(fileno=listen_fd)
         os.set_inheritable(listener.fileno(), False)
     else:
         assert socket_path is not None

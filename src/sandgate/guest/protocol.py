@@ -70,10 +70,11 @@ travel as ``surrogateescape`` code points (``"\\udcff"``), in both directions.
 
 from __future__ import annotations
 
-import json
 import struct
 
 from sandgate.strictjson import loads_object
+
+from ._lean import dumps
 
 TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
 if TYPE_CHECKING:
@@ -178,7 +179,7 @@ def encode_frame(kind: int, payload: bytes = b"") -> bytes:
 
 
 def encode_json(message: dict[str, Any]) -> bytes:
-    return encode_frame(Kind.JSON, json.dumps(message, separators=(",", ":")).encode())
+    return encode_frame(Kind.JSON, dumps(message).encode())
 
 
 def decode_json(payload: bytes) -> dict[str, Any]:

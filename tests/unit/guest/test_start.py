@@ -41,6 +41,19 @@ _NOT_AT_START = (
     "dataclasses",
     "inspect",
     "typing",
+    # Pure-Python stdlib modules the daemon needs only a helper or two from (``_lean``):
+    # between them they bring ``enum``, ``re`` and ``functools``, ~12 ms of every start.
+    "array",
+    "base64",
+    "collections",
+    "contextlib",
+    "enum",
+    "functools",
+    "json",
+    "re",
+    "selectors",
+    "signal",
+    "socket",
 )
 
 
