@@ -786,22 +786,27 @@ class SandboxService:
     async def _record(self, event: str, row: Sandbox, **detail: Any) -> None:
         """One audit record of a sandbox event; a failure to write it is logged, not raised:
         the lifecycle action has already happened and must not be reported as failed.
-        Observers (telemetry) hear of it too."""
-        for observer in self._observers:
-            await observer.on_event(event, row, detail)
-        if self._audit is None:
-            return
-        record = {
-            "event": event,
-            "sandbox": row.id,
-            "subject": {"team": row.team_id, "api_key": row.api_key_id},
-            "outcome": "ok",
-            "detail": detail,
-        }
+        Observers (telemetry) hear of it too, while the audit writer makes the record durable
+        (both wait on other threads, and every create, pause and kill waits for both)."""
+        audit: asyncio.Future[None] | None = None
+        if self._audit is not None:
+            record = {
+                "event": event,
+                "sandbox": row.id,
+                "subject": {"team": row.team_id, "api_key": row.api_key_id},
+                "outcome": "ok",
+                "detail": detail,
+            }
+            audit = asyncio.ensure_future(self._audit(record))
         try:
-            await self._audit(record)
-        except SandgateError as exc:
-            log.error("audit.write_failed", event=event, sandbox=row.id, error=exc.message)
+            for observer in self._observers:
+                await observer.on_event(event, row, detail)
+        finally:
+            if audit is not None:
+                try:
+                    await audit
+                except SandgateError as exc:
+                    log.error("audit.write_failed", event=event, sandbox=row.id, error=exc.message)
 
     async def _before_stop(self, row: Sandbox) -> None:
         for observer in self._observers:
