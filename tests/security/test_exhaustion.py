@@ -237,6 +237,9 @@ def test_RES_08_fd_exhaustion_stops_at_nofile(box: Box, small_server: RunningSer
     assert result["error"] == "EMFILE", result
     assert result["opened"] <= LIMITS["nofile"]
     assert _open_fds(small_server.process.pid) <= gateway_before + 16
+    # The limits every process of the sandbox starts with (soft = hard), and no core dumps.
+    limits = box.run("ulimit -Sn; ulimit -Hn; ulimit -Sc; ulimit -Hc").stdout.split()
+    assert limits == [str(LIMITS["nofile"])] * 2 + ["0", "0"]
 
 
 DAEMON = "import os, time; os.fork() or (os.setsid(), os.fork() or time.sleep(1e9))"
