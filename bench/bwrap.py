@@ -148,34 +148,41 @@ for the run, as an SDK does (until 2026-11-30 it built one
 per request: an SSL context, ~30 ms here, twice per sample). With that harness the code before
 the start-up work measured p50 164 ms on this machine; the 396 ms shown here before was taken
 on a busier machine (its raw rows were 37 / 70 / 439 ms). Where a cold bwrap create goes now
-(p50, instrumented with `perf_counter` and `strace -f --seccomp-bpf`):
+(p50 of 12 creates through the Python SDK, `perf_counter` marks in the gateway, 2026-12-03,
+load ~1.5):
 
-* **Gateway before the runtime, ~6 ms**: HTTP, checks, store insert, sandbox hooks (egress).
-* **`runtime.create`, ~19 ms**: rootfs lookup ~2 ms (one Docker client kept per process, the
-  image id still asked each time); uid slot, state, cgroup directories, bind stages ~1 ms;
-  the launch (`setpriv` → `setsid` → `prlimit` → `bwrap`, ~8 ms until bubblewrap reports its
-  child) runs *while* the first cgroup move waits out the kernel's RCU grace period (10-25 ms
-  on this cgroup v1 host, paid by the first migration after a quiet spell); uid map,
-  nested-userns lock (`nsenter`, overlapped with the moves) and release ~2 ms.
-* **Guest start** from release to answering: bubblewrap's mounts ~3 ms, the interpreter
-  ~12 ms, the guest's modules, its set-up ~3 ms. Until 2026-12-02 `asyncio` alone was ~25 ms
-  of it (~55 ms in all); the daemon now runs on its own selectors loop (`guest/_loop.py`) and
-  imports none of `asyncio`, `dataclasses` and `typing` (see "Guest: a selector loop, no
-  asyncio" below). The gateway waits with inotify on the guest's directory, so it pings within ~1 ms
-  of the socket appearing (the old back-off polling added up to 50 ms).
-* **After ready, ~8 ms**: store update, audit record, HTTP answer. **First command, ~8 ms**:
-  `bash -l -c true` through envd (the login shell's profile runs `id`).
+* **Gateway before the runtime, ~11 ms**: SDK and HTTP ~2, checks ~2, store insert ~2, the
+  host directory and the sandbox hooks (egress socket, tool gateway) ~4, the guest's files ~1.
+* **`runtime.create`, ~24 ms**: rootfs lookup ~2 ms (one Docker client kept per process, the
+  image id still asked each time); uid slot, state, cgroup directories, bind stages ~2.5 ms;
+  `Popen` ~2 ms; the launch (`setpriv` → `setsid --fork` → `prlimit` → `bwrap`, whose
+  namespaces are made before it reports its child) ~12 ms, of which the three helpers' execs
+  are ~2.7 ms (measured alone); child pid, uid map, the moves into the cgroup, the
+  nested-userns lock (`nsenter`, ~1 ms, overlapped with the moves) and release ~3.5 ms.
+  (`prlimit` stays a helper: setting another process's limits needs `CAP_SYS_RESOURCE`,
+  which root lacks on this VM.)
+* **Guest start** from release to answering the gateway's ping, ~18 ms: bubblewrap's mounts,
+  the interpreter (the "python3 -I -c pass" row is a whole raw sandbox of it), the guest's
+  imports and set-up. Until 2026-12-02 `asyncio` alone was ~25 ms of it; since 2026-12-03 the
+  daemon's start imports only modules built into the interpreter, plus `os` and its own
+  (`guest/_lean.py`; ~12 ms less on this host, see "Guest: built-in modules only" below).
+  The ping is sent once and queues on the socket the runtime bound before the start.
+* **After ready, ~6 ms**: store update, the template's spawn count, the sandbox-log entry and
+  the audit record (made durable concurrently since 2026-12-03), HTTP answer.
+  **First command, ~7 ms**: `bash -l -c true` through envd (the login shell alone is ~3.6 ms
+  inside a sandbox).
 
 Since 2026-12-02 an idle sandbox is one guest process (the file worker starts on demand, see
 "Guest: one process, lean start" below), and since the same day the daemon starts without
 `asyncio`. The 50 ms target (issue 17; 60 ms before) is **not met**: a bare CPython 3.11 in a
 raw `bwrap` (the "python3 -I -c pass" row) is already a large part of it on this VM (2 vCPUs),
-and the runtime's cgroup moves wait for an RCU grace period; the warm pool (target 40 ms) is
-the supported fast path. What the guest start skips: `site` and the image's `.pth` files
+and the gateway's own Python work around the runtime is ~17 ms; the warm pool (target 40 ms)
+is the supported fast path. What the guest start skips: `site` and the image's `.pth` files
 (`-I -S`), `ssl` (blocked, ~10 ms of libssl/libcrypto for a daemon that never speaks TLS),
-`asyncio`, `dataclasses`, `typing`, the zipapp builder and rarely used modules, the
-`sh`/`chown` prelude and `runpy`; the bytecode in `guest.pyz` is used (same magic number as the
-image's Python 3.11).
+`asyncio`, `dataclasses`, `typing`, `json`, `re`, `enum`, `socket`, `signal`, `selectors`,
+`contextlib`, `collections`, the zipapp builder and rarely used modules, the `sh`/`chown`
+prelude and `runpy`; the bytecode in `guest.pyz` is used (same magic number as the image's
+Python 3.11).
 
 | idle sandbox ({args.idle} kept, mean) | memory cgroup (MiB) | PSS of processes (MiB) | target |
 |---|---|---|---|
