@@ -131,7 +131,15 @@ def _decode(text: str) -> Any:
     """``json.JSONDecoder.decode`` with the scanner above, its messages included."""
     start = len(text) - len(text.lstrip(_WHITESPACE))
     try:
-        value, end = _scan(text, start)
+        try:
+            value, end = _scan(text, start)
+        except SystemError:
+            # CPython 3.11's scanner words its errors with json.decoder.JSONDecodeError, which
+            # it looks up in sys.modules without importing it: load it (once, on the first
+            # malformed document of a process that never imported json) and scan again.
+            import json.decoder  # noqa: F401
+
+            value, end = _scan(text, start)
     except StopIteration as stop:
         raise _syntax("Expecting value", text, stop.value) from None
     rest = text[end:]

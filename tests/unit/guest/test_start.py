@@ -101,3 +101,30 @@ def test_daemon_start_imports_no_module_only_rare_requests_need(guest_pyz: Path)
         f"print(sorted(m for m in {_NOT_AT_START!r} if m in sys.modules))\n"
     )
     assert probe_guest_pyz(guest_pyz, probe).strip() == "[]"
+
+
+def test_a_malformed_request_is_refused_by_a_start_that_never_loaded_json(
+    guest_pyz: Path,
+) -> None:
+    """The daemon decodes with ``_json``'s scanner alone; on CPython 3.11 that scanner words
+    its errors with a class it expects ``json`` to have loaded already. The first malformed
+    document of a daemon must still get ``json``'s own message, not a ``SystemError``."""
+    boot, found, _ = GUEST_BOOT.partition("from sandgate.guest.daemon import main")
+    assert found
+    probe = (
+        boot + "import sandgate.guest.daemon\n"
+        "from sandgate.guest.protocol import decode_json\n"
+        "assert 'json' not in sys.modules\n"
+        "for document in (b'{', b'[1', b'{\"a\": tru}', b'\"\\\\x\"'):\n"
+        "    try:\n"
+        "        decode_json(document)\n"
+        "    except ValueError as exc:\n"
+        "        print(type(exc).__name__, exc)\n"
+    )
+    assert probe_guest_pyz(guest_pyz, probe).splitlines() == [
+        "StrictJsonError Expecting property name enclosed in double quotes: line 1 column 2 "
+        "(char 1)",
+        "StrictJsonError Expecting ',' delimiter: line 1 column 3 (char 2)",
+        "StrictJsonError Expecting value: line 1 column 7 (char 6)",
+        "StrictJsonError Invalid \\escape: line 1 column 2 (char 1)",
+    ]
