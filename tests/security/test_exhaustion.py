@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -240,6 +241,49 @@ def test_RES_08_fd_exhaustion_stops_at_nofile(box: Box, small_server: RunningSer
     # The limits every process of the sandbox starts with (soft = hard), and no core dumps.
     limits = box.run("ulimit -Sn; ulimit -Hn; ulimit -Sc; ulimit -Hc").stdout.split()
     assert limits == [str(LIMITS["nofile"])] * 2 + ["0", "0"]
+
+
+_SUDO_REFUSED_FDS = r"""
+import json, os, select, socket, struct
+def frame(body, kind=0):
+    return struct.pack(">BI", kind, len(body)) + body
+requests = {
+    "wrong frame kind": frame(b"{}", kind=7),
+    "not JSON": frame(b"{"),
+    "not an object": frame(b"[1]"),
+    "no argv": frame(b'{"env": {}}'),
+}
+closed = {}
+for name, payload in requests.items():
+    r, w = os.pipe()
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect("\0sandgate-sudo")
+    socket.send_fds(conn, [payload], [w, w, w])
+    os.close(w)
+    conn.settimeout(10)
+    conn.recv(65536)  # the guest drops the request: end of file
+    conn.close()
+    # End of file on the pipe once no copy of its write end is open anywhere.
+    ready, _, _ = select.select([r], [], [], 10)
+    closed[name] = bool(ready) and os.read(r, 1) == b""
+print(json.dumps(closed))
+"""
+
+
+def test_RES_08_sudo_requests_the_guest_refuses_leave_no_descriptor_open_in_it(
+    box: Box,
+) -> None:
+    """The service side of RES-08: any process may ask the guest (PID 1) for sudo with three
+    descriptors attached; a request it cannot read must not leave them open there, or a
+    sandbox could run its own guest out of descriptors."""
+    result = box.run(f"python3 -c {shlex.quote(_SUDO_REFUSED_FDS)}")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "wrong frame kind": True,
+        "not JSON": True,
+        "not an object": True,
+        "no argv": True,
+    }
 
 
 DAEMON = "import os, time; os.fork() or (os.setsid(), os.fork() or time.sleep(1e9))"
