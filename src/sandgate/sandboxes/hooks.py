@@ -15,12 +15,10 @@ from sandgate.store import Sandbox
 
 class SandboxHook(Protocol):
     async def attach(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
-        """Called as a new sandbox starts (its boot runs meanwhile; nothing inside runs a
-        process before this returns and its variables are in the guest), when a warm one is
-        claimed, and when a restarted gateway adopts a running one. ``host_dir`` is mounted
-        at ``/run/sandgate`` inside the sandbox; files and sockets placed there are visible to
-        it. Returns environment variables to add to every process of a *new* sandbox (ignored
-        on adoption). Raising aborts a create."""
+        """Called before a new sandbox starts and when a restarted gateway adopts a running
+        one. ``host_dir`` is mounted at ``/run/sandgate`` inside the sandbox; files and
+        sockets placed there are visible to it. Returns environment variables to add to
+        every process of a *new* sandbox (ignored on adoption). Raising aborts a create."""
         ...
 
     async def detach(self, sandbox_id: str) -> None:

@@ -27,7 +27,6 @@ from typing import Any
 
 import structlog
 
-from sandgate._tasks import cancel_and_wait
 from sandgate.access import Principal, new_access_token, traffic_token
 from sandgate.config import Config
 from sandgate.errors import (
@@ -359,27 +358,17 @@ class SandboxService:
                 ref = warm.ref
             else:
                 make_host_dir(host_dir)
-                # The hooks (egress socket, tool gateway files, skills) do their work while
-                # the sandbox boots, as they do after a warm sandbox's boot: nothing inside
-                # uses it before a process runs, and ``_boot`` hands their variables to the
-                # guest before the template's service or any command starts.
-                attaching = asyncio.ensure_future(self._attach(row, host_dir))
-                try:
-                    ref = await self._boot(
-                        row.id,
-                        template,
-                        cpu,
-                        memory,
-                        user_envs,
-                        mounts,
-                        image_ref=image_ref,
-                        layer=layer,
-                        attaching=attaching,
-                    )
-                finally:
-                    # Done already unless the boot failed: then the hooks stop before
-                    # ``_discard`` detaches them.
-                    await cancel_and_wait(attaching)
+                extra_envs = await self._attach(row, host_dir)
+                ref = await self._boot(
+                    row.id,
+                    template,
+                    cpu,
+                    memory,
+                    {**extra_envs, **user_envs},
+                    mounts,
+                    image_ref=image_ref,
+                    layer=layer,
+                )
         except BaseException:
             await self._discard(row.id)
             raise
@@ -425,13 +414,10 @@ class SandboxService:
         *,
         image_ref: str | None = None,
         layer: Path | None = None,
-        attaching: asyncio.Future[dict[str, str]] | None = None,
     ) -> str:
         """Starts a sandbox's container in an existing host directory and waits until its
         guest (and the template's service) answers; returns the runtime reference. ``layer``
-        is a saved layer its disk starts as; ``image_ref`` the image it was saved over.
-        ``attaching`` (the hooks' work, running meanwhile) gives variables that go before
-        ``envs``: the guest gets them once it answers, before the template's service."""
+        is a saved layer its disk starts as; ``image_ref`` the image it was saved over."""
         host_dir = self._root / sandbox_id
         # File copies and writes: off the event loop, which a burst of creates shares.
         await asyncio.to_thread(
@@ -453,12 +439,6 @@ class SandboxService:
         )
         ref = await self._runtime.create(spec)
         await self._wait_ready(sandbox_id)
-        if attaching is not None:
-            extra_envs = await attaching
-            if extra_envs:
-                merged = {**(template.envs or {}), **extra_envs, **envs}
-                await self._guest(sandbox_id).configure(merged)
-                _publish_envs(host_dir, merged)
         await self._start_template_service(sandbox_id, template)
         return ref
 
