@@ -9,10 +9,10 @@ grants nothing the tenant lacks (its root is theirs); the worker is not dumpable
 traced, so the user's processes cannot borrow it.
 
 The daemon accepts a client connection, reads its request and passes the connection's fd here
-with ``socket.send_fds``; the worker serves it on a thread and writes the reply straight to the
-client. Requests on the control socket are ``SOCK_SEQPACKET`` messages: the raw request JSON
-with exactly one fd attached. The daemon retires an idle worker by closing its end: the
-worker reads what is still queued, finishes every operation it runs, then exits.
+with ``SCM_RIGHTS`` (``_lean.send_fds``); the worker serves it on a thread and writes the reply
+straight to the client. Requests on the control socket are ``SOCK_SEQPACKET`` messages: the
+raw request JSON with exactly one fd attached. The daemon retires an idle worker by closing
+its end: the worker reads what is still queued, finishes every operation it runs, then exits.
 """
 
 from __future__ import annotations
