@@ -170,11 +170,7 @@ def loads(
     raw_surrogate = False
     if isinstance(data, str):
         text = data
-        if not text.isascii():
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:
-                raw_surrogate = True
+        raw_surrogate = _has_surrogate(text)
         escapes = "\\ud" in text or "\\uD" in text
         brackets = text.count("[") + text.count("{")
         raw = b""  # encoded only if the depth must be measured
