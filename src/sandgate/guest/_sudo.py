@@ -130,9 +130,7 @@ class SudoServer:
             close_socket(conn)
             return
         finally:
-            for fd in fds:
-                with suppress(OSError):
-                    os.close(fd)
+            _close_all(fds)
         log("sudo", caller_uid=uid, caller_pid=pid_, pid=pid, argv0=str(request["argv"][0])[:64])
         try:
             await sock_sendall(conn, encode_json({"ok": True, "ev": "started", "pid": pid}))
@@ -179,9 +177,7 @@ class SudoServer:
             request = decode_json(data[FRAME_HEADER.size : FRAME_HEADER.size + length])
             _check(request, fds)
         except BaseException:
-            for fd in fds:  # the caller never sees them: close them here, not leak them
-                with suppress(OSError):
-                    os.close(fd)
+            _close_all(fds)  # the caller never sees them: close them here, not leak them
             raise
         return request, fds
 
@@ -267,6 +263,12 @@ def _forward_signals(buffer: bytes, pid: int) -> bytes:
             if kind == Kind.JSON and isinstance(number, int) and 0 < number < 65:
                 _signal_group(pid, number)
     return buffer
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        with suppress(OSError):
+            os.close(fd)
 
 
 def _signal_group(pid: int, number: int) -> None:
