@@ -106,7 +106,7 @@ def post(
         status, response_headers, rest = _read_head(sock)
         sent_before_answer = writer.sent
         payload = _read_body(sock, response_headers, rest)
-        closed = _closed(sock)
+        closed = _closed(sock, writer, parts.netloc)
     finally:
         writer.stop.set()
         with contextlib.suppress(OSError):
@@ -152,9 +152,25 @@ def _read_body(sock: socket.socket, headers: dict[str, str], rest: bytes) -> byt
     return rest[:length]
 
 
-def _closed(sock: socket.socket) -> bool:
-    """Whether the server ends the connection (reads until FIN or reset, up to 10 s)."""
-    sock.settimeout(10.0)
+def _closed(sock: socket.socket, writer: _Writer, host: str) -> bool:
+    """Whether the server ends the connection after its answer (FIN or reset).
+
+    Once the whole body was written, a server that keeps the connection is asked a second
+    request on it: its answer proves the connection open at once, where waiting for a FIN
+    that never comes would cost a timeout on every keep-alive answer. A server that answered
+    before the body ended must close (else it would have to read the rest first): its FIN is
+    waited for, bounded by the socket's timeout, which is slow only when it never comes.
+    """
+    if writer.ident is not None:
+        # The writer ends once the body is written or the server stops taking it.
+        writer.join(sock.gettimeout())
+    if writer.completed:
+        probe = f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        try:
+            sock.sendall(probe.encode("latin-1"))
+            return not sock.recv(65536).startswith(b"HTTP/1.")
+        except OSError:
+            return True
     try:
         while sock.recv(65536):
             pass
