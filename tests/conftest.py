@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures import shared_tls
 from tests.fixtures.runtimes import (
     runtime,
     runtime_sandbox,
@@ -18,6 +19,8 @@ from tests.fixtures.runtimes import (
 )
 from tests.fixtures.server import RunningServer, sandgate_server, sandgate_server_factory
 from tests.framework.envd import create
+
+shared_tls.install()
 
 __all__ = [
     "runtime",

@@ -66,7 +66,7 @@ class SandboxHttp:
         return envd_headers(self.sandbox_id, self.token)
 
     def run(self, command: str, *, user: str | None = None) -> CommandResult:
-        return run(self.url, self.sandbox_id, self.token, command, user=user)
+        return run(self.url, self.sandbox_id, self.token, command, user=user, client=self.http)
 
     def sh(self, command: str, *, user: str | None = None) -> str:
         """Runs ``command``; asserts it exits 0; returns its stdout."""
