@@ -36,6 +36,8 @@ from typing import Any
 import httpx
 import structlog
 
+from sandgate._outbound_tls import outbound_context
+
 __all__ = ["ATTEMPTS", "WebhookNotifier", "sign"]
 
 log = structlog.get_logger("sandgate.approvals")
@@ -87,7 +89,12 @@ class WebhookNotifier:
                 if secret:
                     headers["X-Sandgate-Signature"] = sign(secret.encode(), timestamp, body)
                 response = httpx.post(
-                    self._url, content=body, headers=headers, timeout=_TIMEOUT_S, trust_env=False
+                    self._url,
+                    content=body,
+                    headers=headers,
+                    timeout=_TIMEOUT_S,
+                    trust_env=False,
+                    verify=outbound_context(),
                 )
                 if response.is_success:
                     return True

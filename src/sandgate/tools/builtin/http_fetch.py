@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from sandgate._outbound_tls import outbound_context_async
 from sandgate.errors import PolicyDenied, ToolFailed, ToolTimeout
 from sandgate.tools.executors._output import TRUNCATION_MARKER
 from sandgate.tools.tool import ToolContext
@@ -48,7 +49,10 @@ class HttpFetchExecutor:
         await _refuse_private(host, parts.port or (443 if parts.scheme == "https" else 80))
         try:
             async with httpx.AsyncClient(
-                timeout=context.timeout_s, follow_redirects=False, trust_env=False
+                timeout=context.timeout_s,
+                follow_redirects=False,
+                trust_env=False,
+                verify=await outbound_context_async(),
             ) as client:
                 response = await client.get(url)
         except httpx.TimeoutException:

@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 import httpx
 
+from sandgate._outbound_tls import outbound_context_async
 from sandgate.errors import InvalidArguments, ToolFailed, ToolTimeout
 from sandgate.tools.executors._template import fill, fill_json
 from sandgate.tools.tool import ToolContext
@@ -35,7 +36,10 @@ class HttpExecutor:
         body = None if self._body is None else fill_json(self._body, arguments, context.secrets)
         try:
             async with httpx.AsyncClient(
-                timeout=context.timeout_s, follow_redirects=False, trust_env=False
+                timeout=context.timeout_s,
+                follow_redirects=False,
+                trust_env=False,
+                verify=await outbound_context_async(),
             ) as client:
                 response = await client.request(self._method, url, headers=headers, json=body)
         except httpx.TimeoutException:
