@@ -182,7 +182,8 @@ is the supported fast path. What the guest start skips: `site` and the image's `
 `asyncio`, `dataclasses`, `typing`, `json`, `re`, `enum`, `socket`, `signal`, `selectors`,
 `contextlib`, `collections`, the zipapp builder and rarely used modules, the `sh`/`chown`
 prelude and `runpy`; the bytecode in `guest.pyz` is used (same magic number as the image's
-Python 3.11).
+Python 3.11). The Docker row's ratio to raw `docker run` compares two medians taken minutes
+apart; "Docker cold start, paired" measures it round by round (`bench/docker_cold.py`).
 
 | idle sandbox ({args.idle} kept, mean) | memory cgroup (MiB) | PSS of processes (MiB) | target |
 |---|---|---|---|
