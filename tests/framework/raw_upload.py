@@ -169,6 +169,8 @@ def _closed(sock: socket.socket, writer: _Writer, host: str) -> bool:
         try:
             sock.sendall(probe.encode("latin-1"))
             return not sock.recv(65536).startswith(b"HTTP/1.")
+        except TimeoutError:
+            return False  # neither closed nor answering: still reading a body, say
         except OSError:
             return True
     try:
