@@ -19,14 +19,6 @@ given in each section. Targets are those of the design document (§6).
 """
 
 
-_HEADER = """# Benchmarks
-
-How to read these: every number is measured on the machine named in its section, next to a raw
-baseline measured in the same run; ratios are Sandgate / baseline. Reproduce with the command
-given in each section. Targets are those of the design document (§6).
-"""
-
-
 def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     if not ordered:
