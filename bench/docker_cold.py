@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,16 +35,9 @@ from tests.fixtures.server import ServerFactory
 from tests.framework.envd import create, run
 
 from bench._report import ROOT, machine, pct, summary_ms, write_section
+from bench.bwrap import DOCKER_RUN, timed
 
-IMAGE = "sandgate/template-base:latest"
-DOCKER_RUN = ["docker", "run", "--rm", "--network", "none", IMAGE, "true"]
 TARGET = 1.1
-
-
-def raw_docker_run() -> float:
-    start = time.perf_counter()
-    subprocess.run(DOCKER_RUN, check=True, capture_output=True)
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -77,13 +69,13 @@ def main() -> None:
 
             # One of each first, unmeasured: the image's layers and the engine's caches warm.
             sandgate()
-            raw_docker_run()
+            timed(DOCKER_RUN)
             for index in range(args.rounds):
                 if index % 2 == 0:
                     ours.append(sandgate())
-                    raw.append(raw_docker_run())
+                    raw.append(timed(DOCKER_RUN))
                 else:
-                    raw.append(raw_docker_run())
+                    raw.append(timed(DOCKER_RUN))
                     ours.append(sandgate())
                 loads.append(os.getloadavg()[0])
                 print(
