@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from tests.framework.envd import run
 from tests.framework.model_server import code, text
@@ -78,6 +78,8 @@ def test_the_terminal_runs_echo_hi(console_env: ConsoleEnv, page: Page, shots: P
         page.goto(f"{console_env.server.url}/ui/sandboxes/{box['sandboxID']}")
         expect(page.locator("#terminal-status")).to_have_text("Connected.")
         expect(page.locator("#process-list")).to_contain_text("/bin/bash -i -l")
+        # Nothing else had the keyboard, so the connected terminal took it.
+        assert page.evaluate("document.getElementById('terminal').contains(document.activeElement)")
         page.locator("#terminal").click()
         page.keyboard.type("echo hi")
         page.keyboard.press("Enter")
@@ -85,6 +87,37 @@ def test_the_terminal_runs_echo_hi(console_env: ConsoleEnv, page: Page, shots: P
             1
         )
         page.screenshot(path=str(shots / "sandbox.png"))
+    finally:
+        _kill(console_env, box["sandboxID"])
+
+
+def test_the_terminal_never_takes_the_keyboard_from_a_field_being_typed_in(
+    console_env: ConsoleEnv, page: Page
+) -> None:
+    """The terminal connects after the page is usable; keys typed into a form field meanwhile
+    must stay in the field, never run as shell input. The terminal's script is held until the
+    field has the keyboard, so the connection opens at the worst moment every time."""
+    box = console_env.sandbox()
+    held: list[Route] = []
+    page.route("**/ui/static/terminal.js", lambda route: held.append(route))
+    try:
+        sign_in(page, console_env)
+        with page.expect_request("**/ui/static/terminal.js"):
+            page.goto(
+                f"{console_env.server.url}/ui/sandboxes/{box['sandboxID']}", wait_until="commit"
+            )
+        field = page.locator("input[name=timeout_s]")
+        field.fill("3000")
+        for _ in range(200):  # each evaluate lets the held request's handler run
+            if held:
+                break
+            page.evaluate("0")
+        assert held, "the terminal's script was never requested"
+        held[0].continue_()
+        expect(page.locator("#terminal-status")).to_have_text("Connected.")
+        page.keyboard.type("0")
+        expect(field).to_have_value("30000")
+        assert page.evaluate("document.activeElement.name") == "timeout_s"
     finally:
         _kill(console_env, box["sandboxID"])
 

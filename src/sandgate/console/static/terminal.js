@@ -20,7 +20,14 @@
       "/terminal?cols=" + term.cols + "&rows=" + term.rows;
     var ws = new WebSocket(url);
     ws.binaryType = "arraybuffer";
-    ws.onopen = function () { status.textContent = "Connected."; box.dataset.connected = "1"; term.focus(); };
+    ws.onopen = function () {
+      status.textContent = "Connected.";
+      box.dataset.connected = "1";
+      // Take the keyboard only if nothing else has it: keys meant for a field the user is
+      // typing in (the timeout, a path) must never run as shell input.
+      var active = document.activeElement;
+      if (!active || active === document.body) term.focus();
+    };
     ws.onmessage = function (event) { term.write(new Uint8Array(event.data)); };
     ws.onclose = function (event) {
       status.textContent = "Disconnected" + (event.reason ? ": " + event.reason : ".");
