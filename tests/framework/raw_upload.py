@@ -15,7 +15,7 @@ import json
 import socket
 import threading
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -251,8 +251,12 @@ def abandon(
     params: Mapping[str, str],
     headers: Mapping[str, str],
     body: bytes,
+    before_leaving: Callable[[], object] = lambda: None,
 ) -> None:
-    """Sends the head of a chunked upload and ``body``, then drops the connection mid-body."""
+    """Sends the head of a chunked upload and ``body``, calls ``before_leaving`` (the
+    connection still open: a test waits there until the server has acted on the body, so
+    what it checks afterwards cannot be seen before the server even started), then drops
+    the connection mid-body."""
     parts = urlsplit(url)
     with socket.create_connection((parts.hostname, parts.port or 80), timeout=30) as sock:
         lines = [f"POST {path}?{urlencode(dict(params))} HTTP/1.1", f"Host: {parts.netloc}"]
@@ -260,3 +264,4 @@ def abandon(
         lines.append("Transfer-Encoding: chunked")
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         sock.sendall(b"%x\r\n%s\r\n" % (len(body), body))
+        before_leaving()

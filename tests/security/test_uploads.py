@@ -269,7 +269,15 @@ def test_upload_failure_leaves_destination_intact(box: SandboxHttp) -> None:
         response = _upload(box, [body], content_type=kind, content_length=len(body))
         _error(response, 400, "invalid_request")
         _intact(box, directory, "adir")
-    # The client leaves mid-body: what was staged is removed once the gateway notices.
+
+    # The client leaves mid-body: what was staged is removed once the gateway notices. It
+    # leaves only once the staging is there, so its removal is what the wait below sees.
+    def staged() -> None:
+        def temp_file_beside_keep() -> bool:
+            return any(n.startswith(".keep.") and ".sgtmp-" in n for n in _listing(box, directory))
+
+        wait_for(temp_file_beside_keep, 60, "the upload to be staged beside keep")
+
     for params, content_type, prefix in (
         ({"path": target}, OCTET, os.urandom(2 * MiB)),
         ({}, kind, part_head("file", target) + os.urandom(2 * MiB)),
@@ -280,8 +288,9 @@ def test_upload_failure_leaves_destination_intact(box: SandboxHttp) -> None:
             params=params,
             headers={**box.headers, "Content-Type": content_type},
             body=prefix,
+            before_leaving=staged,
         )
-        wait_for(lambda: _listing(box, directory) == ["adir", "keep"], 10, "staging to be removed")
+        wait_for(lambda: _listing(box, directory) == ["adir", "keep"], 60, "staging to be removed")
         _intact(box, directory, "adir")
 
 
