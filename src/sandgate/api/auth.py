@@ -8,7 +8,7 @@ missing key answers 401, a scoped key on another route 403."""
 
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request
 
 from sandgate.access import Principal, authenticate_api_key
 from sandgate.store import Store
@@ -24,22 +24,20 @@ def presented_key(x_api_key: str | None, authorization: str | None) -> str | Non
     return token.strip() if scheme.lower() == "bearer" else None
 
 
-def _principal(
-    request: Request,
-    x_api_key: Annotated[str | None, Header(alias="X-API-Key")] = None,
-    authorization: Annotated[str | None, Header()] = None,
-) -> Principal:
-    store: Store = request.app.state.store
-    return authenticate_api_key(store, presented_key(x_api_key, authorization))
+def _presented(request: Request) -> str | None:
+    # Read here rather than declared as ``Header`` parameters: FastAPI analyses a dependency's
+    # parameters again for every route that uses it, and these are on nearly every route.
+    return presented_key(request.headers.get("x-api-key"), request.headers.get("authorization"))
 
 
-def _approver(
-    request: Request,
-    x_api_key: Annotated[str | None, Header(alias="X-API-Key")] = None,
-    authorization: Annotated[str | None, Header()] = None,
-) -> Principal:
+def _principal(request: Request) -> Principal:
     store: Store = request.app.state.store
-    return authenticate_api_key(store, presented_key(x_api_key, authorization), scope="approvals")
+    return authenticate_api_key(store, _presented(request))
+
+
+def _approver(request: Request) -> Principal:
+    store: Store = request.app.state.store
+    return authenticate_api_key(store, _presented(request), scope="approvals")
 
 
 Caller = Annotated[Principal, Depends(_principal)]
