@@ -53,9 +53,16 @@ def _waiting(server: RunningServer) -> int:
 def test_claimed_sandbox_is_configured_and_pool_refills(
     runtime: str, runtime_server_factory: Any
 ) -> None:
-    server = runtime_server_factory(extra_env={"SANDGATE_TEMPLATES__WARM_POOL": "{base: 1}"})
-    _wait(lambda: len(_pooled(runtime, server)) == 1, "the pool to fill")
-    pooled = _pooled(runtime, server)[0]
+    server = runtime_server_factory(
+        extra_env={
+            "SANDGATE_TEMPLATES__WARM_POOL": "{base: 1}",
+            "SANDGATE_OBSERVABILITY__PROMETHEUS": "true",
+        }
+    )
+    # The pool's own count, not the runtime's: a sandbox the runtime has started may still be
+    # booting, and a create then rightly starts another instead of waiting for it.
+    _wait(lambda: _waiting(server) == 1, "the pool to fill")
+    (pooled,) = _pooled(runtime, server)
 
     created = create(server.url, server.api_key, envVars={"WHO": "claimed"}, metadata={"m": "1"})
     assert created["sandboxID"] == pooled, "the pooled sandbox is handed out"
