@@ -16,7 +16,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandgate.access import Principal, authenticate_api_key
-from sandgate.api.auth import presented_key
+from sandgate.api.auth import request_key
 from sandgate.api.e2b import (
     UploadLimits,
     build_control_router,
@@ -376,10 +376,7 @@ async def _no_route(request: Request, exc: StarletteHTTPException) -> JSONRespon
     missing = unserved_error(CONTROL_UNSERVED, method, path)
     if missing is not None:
         try:
-            key = presented_key(
-                request.headers.get("x-api-key"), request.headers.get("authorization")
-            )
-            authenticate_api_key(request.app.state.store, key)
+            authenticate_api_key(request.app.state.store, request_key(request))
         except SandgateError as refused:
             return e2b_error_response(refused)
         return e2b_error_response(missing)

@@ -13,7 +13,7 @@ from fastapi import Depends, Request
 from sandgate.access import Principal, authenticate_api_key
 from sandgate.store import Store
 
-__all__ = ["ApproverCaller", "Caller", "presented_key"]
+__all__ = ["ApproverCaller", "Caller", "presented_key", "request_key"]
 
 
 def presented_key(x_api_key: str | None, authorization: str | None) -> str | None:
@@ -24,20 +24,20 @@ def presented_key(x_api_key: str | None, authorization: str | None) -> str | Non
     return token.strip() if scheme.lower() == "bearer" else None
 
 
-def _presented(request: Request) -> str | None:
-    # Read here rather than declared as ``Header`` parameters: FastAPI analyses a dependency's
-    # parameters again for every route that uses it, and these are on nearly every route.
+def request_key(request: Request) -> str | None:
+    """``presented_key`` of a request's headers. Read here rather than declared as ``Header``
+    parameters: FastAPI analyses a dependency's parameters again for every route using it."""
     return presented_key(request.headers.get("x-api-key"), request.headers.get("authorization"))
 
 
 def _principal(request: Request) -> Principal:
     store: Store = request.app.state.store
-    return authenticate_api_key(store, _presented(request))
+    return authenticate_api_key(store, request_key(request))
 
 
 def _approver(request: Request) -> Principal:
     store: Store = request.app.state.store
-    return authenticate_api_key(store, _presented(request), scope="approvals")
+    return authenticate_api_key(store, request_key(request), scope="approvals")
 
 
 Caller = Annotated[Principal, Depends(_principal)]

@@ -27,13 +27,13 @@ import time
 from bisect import bisect_left
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Final
+from typing import Any, Final
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from sandgate.access import Principal
-from sandgate.api.auth import Caller, presented_key
+from sandgate.api.auth import Caller, request_key
 from sandgate.api.e2b.metrics import iso_ms
 from sandgate.api.strict import QueryInt
 from sandgate.errors import Forbidden, InvalidRequest
@@ -110,13 +110,9 @@ def build_teams_router(store: Store) -> APIRouter:
     records = TelemetryRecords(store)
 
     @router.get("/teams")
-    async def teams(
-        caller: Caller,
-        x_api_key: Annotated[str | None, Header(alias="X-API-Key")] = None,
-        authorization: Annotated[str | None, Header()] = None,
-    ) -> Response:
+    async def teams(caller: Caller, request: Request) -> Response:
         # The E2B CLI logs in with an access token and keeps the key this answers.
-        key = presented_key(x_api_key, authorization) or ""
+        key = request_key(request) or ""
         team = store.team(caller.team_id)
         name = team.name if team is not None else caller.team_id
         return JSONResponse(
