@@ -1,0 +1,87 @@
+"""The test fixtures fork ``sandgate`` servers and CLI calls from a preloaded interpreter
+(tests/fixtures/preforked.py): a forked command must be what a fresh ``python -m sandgate``
+would be, or every test that uses the fixtures tests something else than users run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fixtures.preforked import Preforker, forkable
+from tests.fixtures.server import ServerFactory
+
+
+@pytest.fixture(scope="module")
+def preforker() -> Iterator[Preforker]:
+    forker = Preforker()
+    yield forker
+    forker.close()
+
+
+def _exec(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sandgate", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "extra"),
+    [
+        (["--help"], {"COLUMNS": "73"}),  # the console's width comes from the child's environment
+        (["policy", "show"], {}),  # a usage error: exit status 2 and its message on stderr
+        (["env"], {"SANDGATE_SERVER__PORT": "4321"}),
+    ],
+    ids=["help", "usage-error", "env"],
+)
+def test_a_forked_command_prints_and_ends_as_a_fresh_interpreter_does(
+    preforker: Preforker, tmp_path: Path, args: list[str], extra: dict[str, str]
+) -> None:
+    env = {**os.environ, "SANDGATE_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1", **extra}
+    fresh = _exec(args, env)
+    forked = preforker.run(args, env=env, timeout=120)
+    assert forked.returncode == fresh.returncode
+    assert forked.stderr == fresh.stderr
+    # `env` makes a new API key each time it runs: the rest of its output must be the same.
+    keyless = [line for line in fresh.stdout.splitlines() if "E2B_API_KEY" not in line]
+    assert [line for line in forked.stdout.splitlines() if "E2B_API_KEY" not in line] == keyless
+    assert forked.stdout.count("\n") == fresh.stdout.count("\n")
+    if args == ["env"]:
+        assert "export E2B_API_URL=http://127.0.0.1:4321" in forked.stdout
+
+
+def test_a_forked_server_has_its_own_session_and_reports_how_it_ended(
+    preforker: Preforker, tmp_path: Path
+) -> None:
+    factory = ServerFactory(tmp_path, preforker=preforker)
+    try:
+        server = factory()
+        assert server.process is not None
+        pid = server.process.pid
+        assert "forked from a preloaded interpreter" in server.log_text()
+        assert os.getsid(pid) == pid
+        assert Path(f"/proc/{pid}/cwd").resolve() == Path.cwd().resolve()
+        assert server.kill() == -signal.SIGKILL
+        server.start()  # on the same home and port, as restart-survival tests do
+        assert server.process is not None and server.process.pid != pid
+        response = httpx.get(f"{server.url}/sandboxes", headers={"X-API-Key": server.api_key})
+        assert response.status_code == 200
+    finally:
+        factory.close()
+
+
+def test_a_command_that_sets_the_interpreters_own_variables_is_not_forked() -> None:
+    assert forkable(dict(os.environ))
+    assert not forkable({**os.environ, "PYTHONPATH": "/elsewhere"})
+    assert not forkable({**os.environ, "PYTHONHASHSEED": "7"})
