@@ -4,10 +4,13 @@ would be, or every test that uses the fixtures tests something else than users r
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,3 +88,25 @@ def test_a_command_that_sets_the_interpreters_own_variables_is_not_forked() -> N
     assert forkable(dict(os.environ))
     assert not forkable({**os.environ, "PYTHONPATH": "/elsewhere"})
     assert not forkable({**os.environ, "PYTHONHASHSEED": "7"})
+
+
+def test_a_reused_pid_is_not_taken_for_the_earlier_child_that_had_it() -> None:
+    """pid_max is 32768 on the CI machine kind and a suite run starts far more processes: a
+    new child may get the pid of one that ended earlier in the same worker."""
+    forker = Preforker()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    forker._sock = ours  # the zygote's end is `theirs`: this test speaks for it
+    listener = threading.Thread(target=forker._listen, daemon=True)
+    listener.start()
+    try:
+        theirs.send(json.dumps({"exited": 4242, "code": 3}).encode())
+        assert forker.exit_code(4242, timeout=10) == 3
+        theirs.send(json.dumps({"pid": 4242}).encode())  # a new child with that pid
+        assert forker._replies.get(timeout=10) == {"pid": 4242}
+        assert forker.exit_code(4242, timeout=0) is None
+        theirs.send(json.dumps({"exited": 4242, "code": 0}).encode())
+        assert forker.exit_code(4242, timeout=10) == 0
+    finally:
+        theirs.close()
+        listener.join(10)
+        ours.close()
