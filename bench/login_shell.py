@@ -131,7 +131,9 @@ Reproduce: `uv run python bench/login_shell.py --rounds {r["rounds"]} --per-bloc
 
 E2B's SDKs run every command as `/bin/bash -l -c <cmd>`: every `commands.run` paid that
 `id -u` (a fork and an exec) before its own command. `sh -l` (dash has no `$EUID`) still asks
-`id -u`; PATH is the same either way (checked for `user` and `root`, bash and sh).
+`id -u`; PATH is the same either way (checked for `user` and `root`, bash and sh). Bash takes
+an `EUID` passed in the environment over its own: such a command gets the other PATH, nothing
+more (the profile uses the uid for nothing else).
 For issue 17's point 5 (`commands.run('true')` ≤ 5 ms p50 on a quiet machine; 7.6-8.2 ms
 before this): the floor the peers run measures (`bash -l -c true` in a shell held open over
 the same image, 4.7 ms) was mostly this fork; `bench/peers.py` measures both again.
