@@ -33,6 +33,7 @@ from typing import Any
 
 import structlog
 
+from sandgate._signed import signature_expired
 from sandgate._tasks import cancel_and_wait, wait_quietly
 from sandgate.errors import (
     Conflict,
@@ -360,7 +361,9 @@ class BuildService:
         if not (expires.isdigit() and _HASH.fullmatch(files_hash)):
             raise Forbidden("invalid upload URL: ask for a new one")
         expected = self._sign(template_id, files_hash, int(expires))
-        if not hmac.compare_digest(expected, signature) or int(expires) < int(time.time()):
+        if not hmac.compare_digest(expected, signature) or signature_expired(
+            int(expires), time.time()
+        ):
             raise Forbidden("the upload URL is invalid or expired: ask for a new one")
         if self._records.get(template_id) is None:
             raise TemplateNotFound(f"template '{template_id}' not found")

@@ -4,7 +4,7 @@ the URL whatever the fraction of the second it was signed in."""
 
 from __future__ import annotations
 
-from sandgate.api.e2b.files import signature_expired
+from sandgate._signed import signature_expired
 
 
 def test_a_url_is_good_through_the_whole_second_it_names() -> None:

@@ -19,6 +19,7 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from sandgate._signed import signature_expired
 from sandgate.access import tokens_equal
 from sandgate.api.e2b.connect import RpcError, json_bytes
 from sandgate.api.e2b.filesystem import check_path
@@ -82,16 +83,6 @@ def _authorise(request: Request, operation: str) -> Response | None:
     if expiration and signature_expired(int(expiration), time.time()):
         return _error(401, "signature is already expired")
     return None
-
-
-def signature_expired(expiration: int, now: float) -> bool:
-    """Whether a URL signed until the Unix second ``expiration`` has expired at ``now``.
-
-    Whole seconds, as E2B's envd compares them: the SDKs sign ``int(time.time()) + N``, so a
-    float comparison would give a URL anything from N - 1 to N seconds (no time at all for
-    ``use_signature_expiration=1`` near the end of a second). A URL is good through the whole
-    second it names."""
-    return expiration < int(now)
 
 
 def _unauthorised() -> Response:
