@@ -154,8 +154,13 @@ def test_create_and_tool_call_traces(
             30,
             "the sandbox.create span",
         )[0]
-        # Its parent is the HTTP request's span, the root of the trace.
-        (edge,) = spans.where(lambda s: s.span_id == created.parent_id)
+        # Its parent is the HTTP request's span, the root of the trace. That span ends after
+        # its child, so the batch processor may send it in a later export: wait for it too.
+        (edge,) = wait_for(
+            lambda: spans.where(lambda s: s.span_id == created.parent_id),
+            30,
+            "the create request's span",
+        )
         assert edge.name == "HTTP POST" and edge.parent_id == ""
         assert edge.trace_id == created.trace_id
         assert edge.attributes["url.path"] == "/v2/sandboxes"
@@ -239,7 +244,11 @@ def test_an_agent_run_is_one_trace_with_its_run_id(
         "the agent.run span",
     )
     assert root.attributes["agent"] == AGENT
-    (submitted,) = spans.where(lambda s: s.span_id == root.parent_id)
+    (submitted,) = wait_for(
+        lambda: spans.where(lambda s: s.span_id == root.parent_id),
+        30,
+        "the span of the request that started the run",
+    )
     assert submitted.name == "HTTP POST" and submitted.attributes["url.path"].endswith("/runs")
     below = {s.name: s for s in spans.children(root)}
     model = spans.where(lambda s: s.name == "agent.model" and s.parent_id == root.span_id)
