@@ -19,52 +19,36 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.egress import EgressSandbox, audit_records, kill, make_sandbox, records_once
+from tests.fixtures.egress import (
+    EgressSandbox,
+    audit_records,
+    kill,
+    make_sandbox,
+    records_once,
+    search_inside,
+)
 from tests.fixtures.server import RunningServer
 from tests.fixtures.tls_upstream import TlsUpstream, tls_upstream
 
 __all__ = ["tls_upstream"]
 
 CANARY = f"CANARY-{secrets.token_hex(12)}"
-_SEARCH = r"""
-import base64, json, os, sys
-needles = {"canary": base64.b64decode(sys.argv[1])[::-1], "placeholder": sys.argv[2].encode()}
-hits = {name: [] for name in needles}
-def check(path, data):
-    for name, needle in needles.items():
-        if needle in data:
-            hits[name].append(path)
-for pid in filter(str.isdigit, os.listdir("/proc")):
-    for leaf in ("environ", "cmdline"):
-        try:
-            with open(f"/proc/{pid}/{leaf}", "rb") as fh:
-                check(f"/proc/{pid}/{leaf}", fh.read())
-        except OSError:
-            pass
-for root, dirs, files in os.walk("/"):
-    if root == "/":
-        dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev")]
-    for name in files:
-        path = os.path.join(root, name)
-        try:
-            if os.path.islink(path) or os.path.getsize(path) > (64 << 20):
-                continue
-            with open(path, "rb") as fh:
-                check(path, fh.read())
-        except OSError:
-            pass
-print(json.dumps(hits))
-"""
+
+
+@pytest.fixture(scope="module")
+def secret_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The canary's file on the host, which the gateway reads."""
+    path = tmp_path_factory.mktemp("secret") / "gh.token"
+    path.write_text(CANARY + "\n")
+    return path
 
 
 @pytest.fixture(scope="module")
 def secret_server(
     tls_upstream: TlsUpstream,
     runtime_server_factory: Callable[..., RunningServer],
-    tmp_path_factory: pytest.TempPathFactory,
+    secret_file: Path,
 ) -> RunningServer:
-    secret_file = tmp_path_factory.mktemp("secret") / "gh.token"
-    secret_file.write_text(CANARY + "\n")
     port = tls_upstream.port
     names = ("bound.test", "other.test", "wrong.test")
     config = {
@@ -152,7 +136,10 @@ def test_SEC_04_bound_host_gets_the_value_and_reflections_are_masked(
 
 
 def test_SEC_01_only_the_placeholder_is_inside(
-    box: EgressSandbox, tls_upstream: TlsUpstream, secret_server: RunningServer
+    box: EgressSandbox,
+    tls_upstream: TlsUpstream,
+    secret_server: RunningServer,
+    secret_file: Path,
 ) -> None:
     placeholder = _placeholder(box)
     used = _curl(
@@ -160,15 +147,9 @@ def test_SEC_01_only_the_placeholder_is_inside(
     )
     assert used.exit_code == 0, used.stderr
     box.shell("history -s 'curl $GH_TOKEN'; sleep 300 >/dev/null 2>&1 &")
-    encoded = base64.b64encode(CANARY.encode()[::-1]).decode()
-    search = base64.b64encode(_SEARCH.encode()).decode()
-    result = box.shell(
-        f"echo {search} | base64 -d > /tmp/search.py && python3 /tmp/search.py {encoded} "
-        f"{placeholder}",
-        user="root",
-    )
-    assert result.exit_code == 0, result.stderr
-    hits = json.loads(result.stdout.strip().splitlines()[-1])
+    # From the canary's file on: a runtime that mounted it in would show it.
+    since = secret_file.stat().st_ctime
+    hits = search_inside(box, {"canary": CANARY, "placeholder": placeholder}, since=since)
     assert hits["canary"] == []
     assert any(p.startswith("/proc/") for p in hits["placeholder"])  # the search works
     assert CANARY not in (secret_server.home / "audit" / "audit.jsonl").read_text()
