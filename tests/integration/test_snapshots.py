@@ -106,6 +106,7 @@ def test_pause_to_disk_frees_the_sandbox_and_reboot_resumes_a_frozen_one(
     server = runtime_server
     created = create(server.url, server.api_key, timeout=300)
     sid, token = created["sandboxID"], created["envdAccessToken"]
+    # Run inside the sandbox: pgrep sees only its own pid namespace, never the host's sleepers.
     probe = "cat /home/user/n.txt; pgrep -x sleep >/dev/null && echo sleeping || echo no-sleep"
     try:
         assert (
