@@ -30,6 +30,7 @@ from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import TEST_ROOTFS_DIR, ServerFactory
 
 from bench._report import ROOT, machine, summary_ms, write_section
+from bench._workers import run_sdk_worker
 
 
 def row(label: str, ms: dict[str, float]) -> str:
@@ -67,19 +68,10 @@ def measure(
 ) -> dict[str, list[float]]:
     factory = ServerFactory(base_dir / runtime)
     server = factory(extra_env={**runtime_env(runtime), "SANDGATE_TEMPLATES__WARM_POOL": "{}"})
-    worker = ROOT / "bench" / "workers" / "code_interpreter.py"
 
     def run_worker(fresh_count: int, roundtrip_count: int) -> dict[str, list[float]]:
-        proc = subprocess.run(
-            [str(client_python), str(worker), str(fresh_count), str(roundtrip_count)],
-            env={**server.env, "PATH": "/usr/bin:/bin"},
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-        if proc.returncode != 0:
-            raise SystemExit(f"the SDK worker failed ({proc.returncode}):\n{proc.stderr}")
-        return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+        args: list[object] = [fresh_count, roundtrip_count]
+        return run_sdk_worker(client_python, "code_interpreter.py", args, server.env)
 
     try:
         run_worker(1, 0)  # warm-up: the root file system tree, page cache, connections

@@ -26,6 +26,7 @@ from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.server import ServerFactory
 
 from bench._report import ROOT, machine, summary_ms, write_section
+from bench._workers import run_sdk_worker
 
 IMAGE = "sandgate/template-base:latest"
 MiB = 1024 * 1024
@@ -95,24 +96,12 @@ def main() -> None:
         factory = ServerFactory(Path(base_dir))
         server = factory(extra_env={"SANDGATE_TEMPLATES__BUILD_ON_START": "false"})
         try:
-            worker = ROOT / "bench" / "workers" / "e2b_data_plane.py"
-            proc = subprocess.run(
-                [
-                    str(client.python),
-                    str(worker),
-                    str(args.roundtrips),
-                    str(args.stream_mib),
-                    str(args.transfer_mib),
-                    str(args.repeats),
-                    "base",
-                ],
-                env={**server.env, "PATH": "/usr/bin:/bin"},
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=1800,
+            ours = run_sdk_worker(
+                client.python,
+                "e2b_data_plane.py",
+                [args.roundtrips, args.stream_mib, args.transfer_mib, args.repeats, "base"],
+                server.env,
             )
-            ours = json.loads(proc.stdout.strip().splitlines()[-1])
         finally:
             factory.close()
     base = docker_baseline(args.roundtrips, args.stream_mib, args.transfer_mib, args.repeats)

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -32,6 +31,7 @@ from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import ServerFactory
 
 from bench._report import ROOT, machine, summary_ms, write_section
+from bench._workers import run_sdk_worker
 
 RUNTIMES = ("bwrap", "docker")
 
@@ -44,7 +44,6 @@ def main() -> None:
     if args.rounds < 2 or args.per_block < 10:
         parser.error("--rounds must be at least 2 and --per-block at least 10")
     client = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0"))
-    worker = ROOT / "bench" / "workers" / "e2b_login_shell.py"
     results: dict[str, Any] = {}
     loads: list[float] = []
     with tempfile.TemporaryDirectory(prefix="sgb", dir="/tmp") as base_dir:
@@ -54,24 +53,13 @@ def main() -> None:
                 server = factory(
                     extra_env={**runtime_env(runtime), "SANDGATE_TEMPLATES__WARM_POOL": "{}"}
                 )
-                proc = subprocess.run(
-                    [
-                        str(client.python),
-                        str(worker),
-                        str(args.rounds),
-                        str(args.per_block),
-                        "base",
-                    ],
-                    env={**server.env, "PATH": "/usr/bin:/bin"},
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                    timeout=1800,
+                raw = run_sdk_worker(
+                    client.python,
+                    "e2b_login_shell.py",
+                    [args.rounds, args.per_block, "base"],
+                    server.env,
                 )
-                if proc.returncode != 0:
-                    raise SystemExit(f"the {runtime} worker failed:\n{proc.stderr[-3000:]}")
                 loads.append(os.getloadavg()[0])
-                raw = json.loads(proc.stdout.strip().splitlines()[-1])
                 results[runtime] = {
                     "sdk": {k: summary_ms(v) for k, v in raw["sdk"].items()},
                     "inside_p50_ms": {

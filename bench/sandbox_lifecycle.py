@@ -25,6 +25,7 @@ from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.server import ServerFactory
 
 from bench._report import ROOT, machine, summary_ms, write_section
+from bench._workers import run_sdk_worker
 
 IMAGE = "sandgate/template-base:latest"
 RUN_SEQ = "docker run (sequential)"
@@ -89,7 +90,6 @@ def main() -> None:
     args = parser.parse_args()
 
     client = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0"))
-    worker = ROOT / "bench" / "workers" / "e2b_lifecycle.py"
 
     def measure(extra_env: dict[str, str], *counts: int) -> dict[str, list[float]]:
         with tempfile.TemporaryDirectory(prefix="sgb", dir="/tmp") as base_dir:
@@ -97,16 +97,9 @@ def main() -> None:
             env = {"SANDGATE_LIMITS__MAX_SANDBOXES_PER_TEAM": "100", **extra_env}
             server = factory(extra_env=env)
             try:
-                proc = subprocess.run(
-                    [str(client.python), str(worker), *map(str, counts), "base"],
-                    env={**server.env, "PATH": "/usr/bin:/bin"},
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                    timeout=1800,
+                return run_sdk_worker(
+                    client.python, "e2b_lifecycle.py", [*counts, "base"], server.env
                 )
-                result: dict[str, list[float]] = json.loads(proc.stdout.strip().splitlines()[-1])
-                return result
             finally:
                 factory.close()
 
