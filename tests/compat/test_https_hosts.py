@@ -10,8 +10,6 @@ import asyncio
 import shlex
 import socket
 import ssl
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from tests.fixtures.loopback_dns import LoopbackDNS
-from tests.fixtures.server import SANDBOX_DOMAIN, RunningServer
+from tests.fixtures.server import SANDBOX_DOMAIN, RunningServer, exec_sandgate
 from tests.framework.ws_service import library_tarball, server_source
 
 from .clients import PreparedClient, prepare, spec_named
@@ -37,14 +35,8 @@ def printed_env(server: RunningServer) -> dict[str, str]:
     if "--tls" in server.args:
         flags["SANDGATE_SERVER__TLS__MODE"] = "local-ca"
     assert " ".join(f"{k}={v}" for k, v in flags.items()) in " ".join(server.log_text().split())
-    proc = subprocess.run(
-        [sys.executable, "-m", "sandgate", "env"],
-        env={**server.server_env, **flags},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    proc = exec_sandgate(["env"], {**server.server_env, **flags})
+    assert proc.returncode == 0, proc.stderr
     found: dict[str, str] = {}
     for line in proc.stdout.splitlines():
         if line.startswith("export "):

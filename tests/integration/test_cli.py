@@ -6,12 +6,16 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures.server import FLOOR_EXCEPTIONS_ENV, TEST_FLOOR_EXCEPTIONS, RunningServer
+from tests.fixtures.server import (
+    FLOOR_EXCEPTIONS_ENV,
+    TEST_FLOOR_EXCEPTIONS,
+    RunningServer,
+    exec_sandgate,
+)
 from tests.framework.envd import create
 
 
@@ -21,13 +25,7 @@ def sandgate(home: Path, *args: str, check: bool = True) -> subprocess.Completed
     env["COLUMNS"] = "200"
     # As the test servers: commands that pick a runtime (`sandbox kill`) must pick Docker here.
     env[FLOOR_EXCEPTIONS_ENV] = json.dumps(TEST_FLOOR_EXCEPTIONS)
-    proc = subprocess.run(
-        [sys.executable, "-m", "sandgate", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = exec_sandgate(args, env)
     if check and proc.returncode != 0:
         raise AssertionError(f"sandgate {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -8,8 +8,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,7 @@ import httpx
 import pytest
 
 from tests.fixtures.preforked import Preforker, forkable
-from tests.fixtures.server import ServerFactory
+from tests.fixtures.server import ServerFactory, exec_sandgate
 
 
 @pytest.fixture(scope="module")
@@ -26,17 +24,6 @@ def preforker() -> Iterator[Preforker]:
     forker = Preforker()
     yield forker
     forker.close()
-
-
-def _exec(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sandgate", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 @pytest.mark.parametrize(
@@ -52,7 +39,7 @@ def test_a_forked_command_prints_and_ends_as_a_fresh_interpreter_does(
     preforker: Preforker, tmp_path: Path, args: list[str], extra: dict[str, str]
 ) -> None:
     env = {**os.environ, "SANDGATE_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1", **extra}
-    fresh = _exec(args, env)
+    fresh = exec_sandgate(args, env)
     forked = preforker.run(args, env=env, timeout=120)
     assert forked.returncode == fresh.returncode
     assert forked.stderr == fresh.stderr

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fixtures.server import RunningServer
+from tests.fixtures.server import RunningServer, exec_sandgate
 from tests.framework.envd import CommandResult
 from tests.framework.posture import started
 from tests.integration.tools.conftest import CANARY, SLEEPER_PIDS
@@ -306,11 +305,5 @@ def test_audit_verify_and_tampering(tools_server: RunningServer, tmp_path: Path)
     lines[1] = json.dumps(record)
     (home / "audit" / "audit.jsonl").write_text("\n".join(lines) + "\n")
     env = {**tools_server.server_env, "SANDGATE_HOME": str(home)}
-    bad = subprocess.run(
-        [sys.executable, "-m", "sandgate", "audit", "verify"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    bad = exec_sandgate(["audit", "verify"], env, timeout=60)
     assert bad.returncode == 1 and "record 2" in bad.stderr

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 from sandgate.config import Config, PolicyConfig, load_config
 from sandgate.policy import DEFAULT_DENY, PolicyEngine, Subject, ToolShape, lint
 from sandgate.tools.registry import tool_shapes
+from tests.fixtures.server import exec_sandgate
 from tests.unit.tools.test_policy import (
     ARG_CONDITIONS,
     MONDAY_NOON,
@@ -80,14 +80,7 @@ def test_policy_lint_order_independent_deny_shadow() -> None:
 
 def sandgate(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "SANDGATE_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "sandgate", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return exec_sandgate(args, env)
 
 
 def test_policy_lint_cli_exit_codes_and_json() -> None:
