@@ -1,6 +1,7 @@
 """The store against SQLite and against the real PostgreSQL the test command starts."""
 
 import os
+import re
 import secrets
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -238,6 +239,60 @@ def test_counts_and_expiry(store: Store) -> None:
     assert [s.id for s in store.expired_sandboxes(now)] == ["old"]
     assert store.sandbox("new") is not None
     assert store.sandbox("new").started_at.tzinfo is not None  # type: ignore[union-attr]
+
+
+def test_live_sandbox_queries_are_served_by_an_index_not_the_history(store: Store) -> None:
+    # Ended sandboxes stay in the table for good (a team's metrics are computed from them), so
+    # a query that looks for live ones by state must not read the ended ones: the reaper's
+    # runs every second, the collectors' every few seconds, the quota count at every create.
+    team = store.get_or_create_team("t9", "team_t9", datetime.now(UTC))
+    now = datetime.now(UTC)
+    with store.session() as s:
+        for i in range(300):
+            s.add(_sandbox(team.id, f"ended{i}", now - timedelta(days=1), state="killed"))
+    store.add_sandbox(_sandbox(team.id, "live", now))
+    statements: list[tuple[str, object]] = []
+
+    def seen(_conn, _cursor, statement, parameters, _context, _many) -> None:  # type: ignore[no-untyped-def]
+        if "sandboxes" in statement:
+            statements.append((statement, parameters))
+
+    sqlalchemy_event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        assert [s.id for s in store.expired_sandboxes(now + timedelta(hours=1))] == ["live"]
+        assert store.count_live() == 1
+        assert store.count_live(team.id) == 1
+        assert [s.id for s in store.live_sandboxes()] == ["live"]
+        assert [s.id for s in store.kept_sandboxes()] == ["live"]
+        assert [
+            s.id for s in store.list_sandboxes(team.id, ["running"], {}, 10, None).sandboxes
+        ] == ["live"]
+    finally:
+        sqlalchemy_event.remove(store.engine, "before_cursor_execute", seen)
+    assert len(statements) == 6
+    leading = {
+        i["name"]: i["column_names"][0] for i in inspect(store.engine).get_indexes("sandboxes")
+    }
+    leading["sandboxes_pkey"] = "id"
+    with store.engine.connect() as conn:
+        for statement, parameters in statements:
+            if conn.dialect.name == "sqlite":
+                rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)  # type: ignore[arg-type]
+                plan = "\n".join(str(row[-1]) for row in rows)
+                # "SEARCH" reads the index range it names; "SCAN" reads a whole table or index.
+                assert "SEARCH sandboxes" in plan and "SCAN" not in plan, (statement, plan)
+            else:
+                conn.exec_driver_sql("SET enable_seqscan = off")
+                rows = conn.exec_driver_sql("EXPLAIN " + statement, parameters)  # type: ignore[arg-type]
+                plan = "\n".join(str(row[0]) for row in rows)
+                # A planner told to avoid sequential scans still takes one when no index fits;
+                # an index whose first column is not in the condition is read whole.
+                assert "Seq Scan" not in plan, (statement, plan)
+                used = re.findall(r"Index (?:Only )?Scan (?:using|on) (\w+)", plan)
+                conditions = " ".join(re.findall(r"Index Cond: (.*)", plan))
+                assert used, (statement, plan)
+                for index in used:
+                    assert leading[index] in conditions, (statement, plan)
 
 
 def test_a_conditional_sandbox_update_has_one_winner(store: Store) -> None:

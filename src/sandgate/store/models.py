@@ -179,7 +179,12 @@ class Sandbox(Base):
     """One sandbox. ``runtime_ref`` names the runtime's handle (a container id)."""
 
     __tablename__ = "sandboxes"
-    __table_args__ = (Index("ix_sandboxes_team_state", "team_id", "state"),)
+    __table_args__ = (
+        Index("ix_sandboxes_team_state", "team_id", "state"),
+        # Ended rows stay (the team's history), so what looks for live ones by state (the
+        # reaper every second, the collectors, every create's server-wide count) needs this.
+        Index("ix_sandboxes_state_end", "state", "end_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"))
