@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sandgate.store import SandboxLogEntry, SandboxMetricSample, Store, TelemetryRecords
+from sandgate.store import (
+    NewLogEntry,
+    SandboxLogEntry,
+    SandboxMetricSample,
+    Store,
+    TelemetryRecords,
+)
 from tests.unit.test_store import store  # noqa: F401 (the sqlite/postgres fixture)
 
 
@@ -25,16 +31,8 @@ def _sample(sandbox_id: str, time_ms: int, cpu: float = 1.0) -> SandboxMetricSam
 
 def _entry(
     sandbox_id: str, time_ms: int, message: str, size: int = 100, seq: int | None = None
-) -> SandboxLogEntry:
-    return SandboxLogEntry(
-        sandbox_id=sandbox_id,
-        time_ms=time_ms,
-        level="info",
-        message=message,
-        fields={"logger": "processSvc"},
-        size=size,
-        guest_seq=seq,
-    )
+) -> NewLogEntry:
+    return NewLogEntry(sandbox_id, time_ms, "info", message, {"logger": "processSvc"}, size, seq)
 
 
 def _messages(entries: Sequence[SandboxLogEntry]) -> list[str]:

@@ -5,7 +5,7 @@ from sandgate.store._channels import ChannelRecords
 from sandgate.store._secrets import SecretRecords
 from sandgate.store._snapshots import SnapshotPage, SnapshotRecords
 from sandgate.store._store import KEPT_STATES, LIVE_STATES, SandboxPage, Store
-from sandgate.store._telemetry import SamplePoint, TelemetryRecords
+from sandgate.store._telemetry import NewLogEntry, SamplePoint, TelemetryRecords
 from sandgate.store._templates import TemplateRecords
 from sandgate.store._volumes import VolumeRecords
 from sandgate.store._workflows import WorkflowRecords
@@ -49,6 +49,7 @@ __all__ = [
     "ChannelChat",
     "ChannelCursor",
     "ChannelRecords",
+    "NewLogEntry",
     "SamplePoint",
     "Sandbox",
     "SandboxLogEntry",

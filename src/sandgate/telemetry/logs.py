@@ -35,7 +35,7 @@ from sandgate._periodic import Periodic
 from sandgate.config import SandboxLogsConfig
 from sandgate.errors import SandgateError
 from sandgate.guest.client import GuestClient, GuestError
-from sandgate.store import SandboxLogEntry, Store, TelemetryRecords
+from sandgate.store import NewLogEntry, SandboxLogEntry, Store, TelemetryRecords
 
 __all__ = ["LEVELS", "STOP_COLLECT_TIMEOUT_S", "SandboxLogs", "level_at_least"]
 
@@ -150,7 +150,7 @@ class SandboxLogs:
 
     def _parse(
         self, sandbox_id: str, reply: Mapping[str, Any], after: int
-    ) -> tuple[list[SandboxLogEntry], int, bool]:
+    ) -> tuple[list[NewLogEntry], int, bool]:
         now_ms = int(time.time() * 1000)
         floor_ms = now_ms - int(self._config.retention_hours * 3600 * 1000)
         first, last = reply.get("first"), reply.get("last")
@@ -164,7 +164,7 @@ class SandboxLogs:
         ):
             log.warning("logs.bad_reply", sandbox=sandbox_id)
             return [], after, False
-        entries: list[SandboxLogEntry] = []
+        entries: list[NewLogEntry] = []
         if first > after + 1:
             lost = min(first, last + 1) - after - 1
             # Dated like the oldest entry that survived: the gap is where it sits in time.
@@ -255,22 +255,14 @@ def _entry(
     message: str,
     fields: Mapping[str, str],
     guest_seq: int | None,
-) -> SandboxLogEntry:
+) -> NewLogEntry:
     size = len(message) + sum(len(k) + len(v) for k, v in fields.items()) + _ENTRY_OVERHEAD
-    return SandboxLogEntry(
-        sandbox_id=sandbox_id,
-        time_ms=time_ms,
-        level=level,
-        message=message,
-        fields=dict(fields),
-        size=size,
-        guest_seq=guest_seq,
-    )
+    return NewLogEntry(sandbox_id, time_ms, level, message, dict(fields), size, guest_seq)
 
 
 def _guest_entry(
     sandbox_id: str, raw: object, after: int, now_ms: int, floor_ms: int
-) -> SandboxLogEntry | None:
+) -> NewLogEntry | None:
     """One checked entry from the guest's ``[seq, time, level, event, pid, stream, message,
     fields]``, or None."""
     if not isinstance(raw, list) or len(raw) != 8:
