@@ -10,12 +10,25 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import ColumnElement, and_, bindparam, func, or_, select
 
 from sandgate.store._store import Store
 from sandgate.store.models import Snapshot
 
 __all__ = ["SnapshotPage", "SnapshotRecords"]
+
+
+# Run by every create (a template reference may name a snapshot) and every kill: built once
+# (see _store.py).
+_NAMED = select(Snapshot).where(
+    Snapshot.team_id == bindparam("team_id"),
+    Snapshot.kind == bindparam("kind"),
+    Snapshot.name == bindparam("name"),
+    Snapshot.tag == bindparam("tag"),
+)
+_OF_SOURCE = select(Snapshot).where(
+    Snapshot.source_sandbox_id == bindparam("sandbox_id"), Snapshot.kind == bindparam("kind")
+)
 
 
 class SnapshotPage:
@@ -60,20 +73,12 @@ class SnapshotRecords:
     def named(self, team_id: str, kind: str, name: str, tag: str) -> Sequence[Snapshot]:
         """The team's snapshots of ``kind`` that carry ``name:tag`` (one, or none)."""
         with self._store.session() as s:
-            query = select(Snapshot).where(
-                Snapshot.team_id == team_id,
-                Snapshot.kind == kind,
-                Snapshot.name == name,
-                Snapshot.tag == tag,
-            )
-            return s.scalars(query).all()
+            params = {"team_id": team_id, "kind": kind, "name": name, "tag": tag}
+            return s.scalars(_NAMED, params).all()
 
     def of_source(self, sandbox_id: str, kind: str) -> Sequence[Snapshot]:
         with self._store.session() as s:
-            query = select(Snapshot).where(
-                Snapshot.source_sandbox_id == sandbox_id, Snapshot.kind == kind
-            )
-            return s.scalars(query).all()
+            return s.scalars(_OF_SOURCE, {"sandbox_id": sandbox_id, "kind": kind}).all()
 
     def bytes_used(self, team_id: str) -> int:
         """Everything the team's saved disks hold (every kind, saving ones at their

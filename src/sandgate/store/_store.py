@@ -22,6 +22,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     Table,
+    bindparam,
     create_engine,
     event,
     func,
@@ -55,6 +56,22 @@ LIVE_STATES = ("starting", "running", "paused", "resuming")
 #: Sandbox states of sandboxes that still exist: the live ones, and ``stored`` (paused to
 #: disk: no processes, its layer kept under the gateway's home).
 KEPT_STATES = (*LIVE_STATES, "stored")
+
+
+# The statements every create, kill, authenticated request or reaper tick runs, built once:
+# building a statement costs about as much as running it on SQLite (coercing each operand),
+# ~0.25 ms apiece here, and a sandbox's life runs a dozen of them (docs/benchmarks.md,
+# "Store: statements built once"). Parameters are bound at execution.
+_API_KEY_BY_HASH = select(ApiKey).where(ApiKey.key_hash == bindparam("key_hash"))
+_COUNT_LIVE = select(func.count()).select_from(Sandbox).where(Sandbox.state.in_(LIVE_STATES))
+_COUNT_LIVE_OF_TEAM = _COUNT_LIVE.where(Sandbox.team_id == bindparam("team_id"))
+_KEPT = select(Sandbox).where(Sandbox.state.in_(KEPT_STATES))
+_LIVE = select(Sandbox).where(Sandbox.state.in_(LIVE_STATES))
+_EXPIRED = _KEPT.where(Sandbox.end_at <= bindparam("now"))
+#: The parameters' names differ from the columns': an UPDATE reserves those for its SET.
+_UPDATE_IF = update(Sandbox).where(
+    Sandbox.id == bindparam("_sandbox_id"), Sandbox.state == bindparam("_expected")
+)
 
 
 @dataclass(frozen=True)
@@ -144,7 +161,7 @@ class Store:
 
     def api_key_by_hash(self, key_hash: str) -> ApiKey | None:
         with self.session() as s:
-            return s.scalar(select(ApiKey).where(ApiKey.key_hash == key_hash))
+            return s.scalar(_API_KEY_BY_HASH, {"key_hash": key_hash})
 
     def list_api_keys(self) -> Sequence[ApiKey]:
         with self.session() as s:
@@ -225,9 +242,7 @@ class Store:
         gateways acting on one sandbox (a server and a CLI kill) decide the winner with."""
         with self.session() as s:
             result = s.execute(
-                update(Sandbox)
-                .where(Sandbox.id == sandbox_id, Sandbox.state == expected)
-                .values(**values)
+                _UPDATE_IF.values(**values), {"_sandbox_id": sandbox_id, "_expected": expected}
             )
             return bool(cast(Any, result).rowcount == 1)
 
@@ -239,23 +254,21 @@ class Store:
 
     def count_live(self, team_id: str | None = None) -> int:
         with self.session() as s:
-            query = select(func.count()).select_from(Sandbox).where(Sandbox.state.in_(LIVE_STATES))
-            if team_id is not None:
-                query = query.where(Sandbox.team_id == team_id)
-            return int(s.scalar(query) or 0)
+            if team_id is None:
+                return int(s.scalar(_COUNT_LIVE) or 0)
+            return int(s.scalar(_COUNT_LIVE_OF_TEAM, {"team_id": team_id}) or 0)
 
     def kept_sandboxes(self) -> Sequence[Sandbox]:
         with self.session() as s:
-            return s.scalars(select(Sandbox).where(Sandbox.state.in_(KEPT_STATES))).all()
+            return s.scalars(_KEPT).all()
 
     def live_sandboxes(self) -> Sequence[Sandbox]:
         with self.session() as s:
-            return s.scalars(select(Sandbox).where(Sandbox.state.in_(LIVE_STATES))).all()
+            return s.scalars(_LIVE).all()
 
     def expired_sandboxes(self, now: datetime) -> Sequence[Sandbox]:
         with self.session() as s:
-            query = select(Sandbox).where(Sandbox.state.in_(KEPT_STATES), Sandbox.end_at <= now)
-            return s.scalars(query).all()
+            return s.scalars(_EXPIRED, {"now": now}).all()
 
     def list_sandboxes(
         self,

@@ -12,12 +12,28 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import bindparam, delete, func, or_, select, update
 
 from sandgate.store._store import Store
 from sandgate.store.models import Template, TemplateBuild, TemplateBuildLog, TemplateTag
 
 __all__ = ["TemplateRecords"]
+
+
+# Run by every create: built once (see _store.py).
+_TEAMS_OWN = select(Template).where(
+    Template.team_id == bindparam("team_id"),
+    or_(Template.id == bindparam("ref"), Template.alias == bindparam("ref")),
+)
+_SHIPPED = select(Template).where(
+    Template.team_id.is_(None),
+    or_(Template.id == bindparam("ref"), Template.name == bindparam("ref")),
+)
+_COUNT_SPAWN = (
+    update(Template)
+    .where(Template.id == bindparam("template_id"))
+    .values(spawn_count=Template.spawn_count + 1, last_spawned_at=bindparam("now"))
+)
 
 
 class TemplateRecords:
@@ -40,19 +56,10 @@ class TemplateRecords:
         wins over a shipped name; ids are unique anyway)."""
         with self._store.session() as s:
             if team_id is not None:
-                own = s.scalar(
-                    select(Template).where(
-                        Template.team_id == team_id,
-                        or_(Template.id == ref, Template.alias == ref),
-                    )
-                )
+                own = s.scalar(_TEAMS_OWN, {"team_id": team_id, "ref": ref})
                 if own is not None:
                     return own
-            return s.scalar(
-                select(Template).where(
-                    Template.team_id.is_(None), or_(Template.id == ref, Template.name == ref)
-                )
-            )
+            return s.scalar(_SHIPPED, {"ref": ref})
 
     def find_any_team(self, ref: str) -> Template | None:
         """A team template of any team by alias or id (to tell "not yours" from "absent")."""
@@ -93,11 +100,7 @@ class TemplateRecords:
 
     def count_spawn(self, template_id: str, now: datetime) -> None:
         with self._store.session() as s:
-            s.execute(
-                update(Template)
-                .where(Template.id == template_id)
-                .values(spawn_count=Template.spawn_count + 1, last_spawned_at=now)
-            )
+            s.execute(_COUNT_SPAWN, {"template_id": template_id, "now": now})
 
     # -- builds ---------------------------------------------------------------------------
 

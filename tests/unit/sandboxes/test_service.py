@@ -227,8 +227,11 @@ def test_a_sandbox_gets_its_templates_size_within_the_caps(home: Path) -> None:
 
         row = await h.service.create(h.principal, _sized("big"))
         assert row.id == warm_id and (row.cpu_count, row.memory_mb) == (2, 2048)
+        await h.service.warm_pool_filled()  # the refill boots concurrently with what follows
         other = await h.service.create(h.principal, _sized("big", cpu_count=1, memory_mb=512))
         assert other.id not in h.runtime.created[:2]  # not the pool's size: booted
+        other_spec = h.runtime.sandboxes[other.id].spec
+        assert (other_spec.cpu_count, other_spec.memory_mb) == (1, 512)
         assert (other.cpu_count, other.memory_mb) == (1, 512)
 
         capped = await h.service.create(h.principal, _sized("huge"))
