@@ -199,12 +199,13 @@ call, {result["calls"]} calls each. Reproduce: `{result["command"]}`.
 |---|---|---|---|
 {chr(10).join(rows)}
 
-Together {this:.0f} µs against {before:.0f} µs built per call. In the server (measured once, 2026-12-03), timed per
-transaction over 100 lifecycles (create, `true`, kill through the SDK; each transaction's
-thread CPU), the store's share of a lifecycle was 16.5-18.4 ms of the gateway's 54-62 ms,
-the queries changed here about 1.9 ms less than before (run against the previous commit,
-alternating): a small part of what a sandbox costs the gateway. What is left per transaction
-over the raw baseline is the ORM session (begin, identity map, commit) and loading mapped rows.
+Together {this:.0f} µs against {before:.0f} µs built per call. In the server (measured once,
+2026-12-03), timed per transaction over 100 lifecycles (create, `true`, kill through the
+SDK; each transaction's thread CPU), the store's share of a lifecycle was 16.5-18.4 ms of
+the gateway's 54-62 ms, the queries changed here about 1.9 ms less than before (run against
+the previous commit, alternating): a small part of what a sandbox costs the gateway. What is
+left per transaction over the raw baseline is the ORM session (begin, identity map, commit)
+and loading mapped rows.
 """
     write_section("Store: statements built once", body)
 
