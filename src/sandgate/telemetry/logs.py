@@ -143,6 +143,11 @@ class SandboxLogs:
                     break
             return stored
 
+    def begin(self, sandbox_id: str) -> None:
+        """A sandbox just created: none of its guest's entries can be stored yet (its id is
+        new), so its first collection needs no look at the store for where to resume."""
+        self._cursors.setdefault(sandbox_id, 0)
+
     def forget(self, sandbox_id: str) -> None:
         """Drops the collection state of a sandbox that ended."""
         self._cursors.pop(sandbox_id, None)

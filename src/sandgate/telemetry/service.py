@@ -69,6 +69,7 @@ class Telemetry:
         level = "info"
         if event == "sandbox.created":
             fields["template"] = str(detail.get("template", sandbox.alias or ""))
+            self.logs.begin(sandbox.id)
         if event == "sandbox.killed":
             reason = str(detail.get("reason", ""))
             fields["reason"] = reason

@@ -1,8 +1,10 @@
-"""Telemetry's pure parts: what a sample says given two readings, and how entries from the
-guest (which speaks for an untrusted sandbox) are checked before they are stored."""
+"""Telemetry's pure parts: what a sample says given two readings, how entries from the guest
+(which speaks for an untrusted sandbox) are checked before they are stored, and where a
+collection resumes."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any
 from sandgate.api.e2b.metrics import MAX_POINTS, _thin
 from sandgate.config import SandboxLogsConfig
 from sandgate.runtimes import SandboxStats
-from sandgate.store import Sandbox, SandboxMetricSample, Store
+from sandgate.store import NewLogEntry, Sandbox, SandboxMetricSample, Store, TelemetryRecords
 from sandgate.telemetry import SandboxLogs, level_at_least
 from sandgate.telemetry.metrics import to_sample
 
@@ -185,3 +187,44 @@ def test_dropped_entries_are_reported_once(tmp_path: Path) -> None:
     assert (nothing, same) == ([], 42)
     bad, kept, _ = logs._parse("sbx", {"first": "1", "last": 2, "entries": []}, 5)
     assert (bad, kept) == ([], 5)
+
+
+class _Journal:
+    """A guest whose process log holds entries 1-4 and answers what follows ``after``."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    async def logs(self, after: int, *, timeout_s: float) -> dict[str, Any]:
+        self.asked.append(after)
+        now = time.time()
+        rows = [[seq, now, "info", "process_output", 1, "stdout", f"line {seq}", None]
+                for seq in range(after + 1, 5)]  # fmt: skip
+        return {"first": 1, "last": 4, "more": False, "entries": rows}
+
+
+def test_a_new_sandbox_resumes_at_the_start_and_a_known_one_where_the_store_says(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'store.db'}")
+    journal = _Journal()
+    logs = SandboxLogs(SandboxLogsConfig(), store, lambda _: journal)  # type: ignore[arg-type,return-value]
+    records = TelemetryRecords(store)
+
+    async def body() -> None:
+        looked: list[str] = []
+        real = records.last_guest_seq
+        logs._records.last_guest_seq = lambda sid: looked.append(sid) or real(sid)  # type: ignore[method-assign]
+        logs.begin("new")
+        assert await logs.collect("new") == 4
+        assert looked == [] and journal.asked == [0]  # a new id: nothing stored to look up
+        logs.begin("new")  # a second begin never rewinds a collection under way
+        assert await logs.collect("new") == 0 and journal.asked[-1] == 4
+
+        # A sandbox this process did not start (the gateway restarted): where the store says.
+        records.add_log_entries([NewLogEntry("old", 1, "info", "x", {}, 70, 2)], ring=100)
+        assert await logs.collect("old") == 2
+        assert looked == ["old"] and journal.asked[-1] == 2
+
+    asyncio.run(body())
+    assert [e.guest_seq for e in records.log_entries("new", limit=10)] == [1, 2, 3, 4]
