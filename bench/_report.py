@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import re
 import statistics
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -41,6 +43,14 @@ def machine() -> str:
 
     system = f"{platform.system()} {platform.release()}"
     return f"{system}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+def write_results(name: str, data: Any) -> Path:
+    """Writes ``data`` as ``bench/results/<name>`` (indented JSON); returns the path."""
+    path = ROOT / "bench" / "results" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
 
 
 def write_section(title: str, body: str) -> None:

@@ -37,7 +37,7 @@ from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import TEST_ROOTFS_DIR, RunningServer, ServerFactory
 from tests.framework.envd import create, run
 
-from bench._report import ROOT, machine, write_section
+from bench._report import machine, write_results, write_section
 
 IMAGE = "sandgate/template-base:latest"
 DOCKER_RUN = ["docker", "run", "--rm", "--network", "none", IMAGE, "true"]
@@ -180,9 +180,7 @@ def main() -> None:
         "pool": {"max": args.pool, **pooled},
         "failures": FAILURES,
     }
-    out = ROOT / "bench" / "results" / "bursts.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results("bursts.json", results)
 
     rows = []
     for kind in kinds:

@@ -32,7 +32,7 @@ from tests.fixtures.server import TEST_ROOTFS_DIR, ServerFactory
 from tests.framework.envd import create, run
 
 from bench._procmem import cgroup_memory, pss
-from bench._report import ROOT, machine, summary_ms, write_section
+from bench._report import machine, summary_ms, write_results, write_section
 
 IMAGE = "sandgate/template-base:latest"
 DOCKER_RUN = ["docker", "run", "--rm", "--network", "none", IMAGE, "true"]
@@ -116,8 +116,7 @@ def main() -> None:
     load = (load_start, os.getloadavg()[0])
     out = {"when": datetime.now(UTC).isoformat(), "machine": machine(), "runtimes": results,
            "raw": raw, "creates": args.creates, "idle": args.idle, "load": load}  # fmt: skip
-    (ROOT / "bench" / "results").mkdir(exist_ok=True)
-    (ROOT / "bench" / "results" / "bwrap.json").write_text(json.dumps(out, indent=2))
+    write_results("bwrap.json", out)
 
     def line(label: str, s: Any, target: str) -> str:
         return f"| {label} | {s['p50']:.0f} | {s['p95']:.0f} | {s['p99']:.0f} | {target} |"

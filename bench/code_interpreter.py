@@ -29,7 +29,7 @@ from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import TEST_ROOTFS_DIR, ServerFactory
 
-from bench._report import ROOT, machine, summary_ms, write_section
+from bench._report import machine, summary_ms, write_results, write_section
 from bench._workers import run_sdk_worker
 
 
@@ -113,9 +113,7 @@ def main() -> None:
             for runtime, by_key in raw.items()
         },
     }
-    out = ROOT / "bench" / "results" / "code_interpreter.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results("code_interpreter.json", results)
     rows = []
     for runtime, ms in results["ms"].items():
         first, floor = ms["create_to_first_result"]["p50"], ms["raw"]["p50"]

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.server import ServerFactory
 
-from bench._report import ROOT, machine, summary_ms, write_section
+from bench._report import machine, summary_ms, write_results, write_section
 from bench._workers import run_sdk_worker
 
 IMAGE = "sandgate/template-base:latest"
@@ -126,9 +126,7 @@ def main() -> None:
         "mib_per_s": rates,
         "raw_seconds": {"sandgate": ours, "docker": base},
     }
-    out = ROOT / "bench" / "results" / "data_plane.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results("data_plane.json", results)
 
     def rate_row(label: str, kind: str, baseline: str) -> str:
         r = rates[kind]

@@ -34,7 +34,7 @@ from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import ServerFactory
 from tests.framework.envd import create, run
 
-from bench._report import ROOT, machine, pct, summary_ms, write_section
+from bench._report import machine, pct, summary_ms, write_results, write_section
 from bench.bwrap import DOCKER_RUN, timed
 
 TARGET = 1.1
@@ -100,9 +100,7 @@ def main() -> None:
         "load_1min": [min(loads), max(loads)],
         "samples_s": {"sandgate": ours, "raw": raw},
     }
-    out = ROOT / "bench" / "results" / "docker_cold.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results("docker_cold.json", result)
     _write_doc(result)
     print(json.dumps({k: v for k, v in result.items() if k != "samples_s"}, indent=2))
 

@@ -30,7 +30,7 @@ from tests.fixtures.server import ServerFactory
 from tests.fixtures.tls_upstream import serve_tls_upstream
 from tests.framework.envd import create, run
 
-from bench._report import ROOT, machine, write_section
+from bench._report import machine, write_results, write_section
 
 CLIENT = r"""
 import json, os, ssl, sys, time, urllib.request
@@ -140,8 +140,7 @@ def main() -> None:
     results["requests"] = args.requests
     results["mib"] = args.mib
     results["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-    (ROOT / "bench" / "results").mkdir(exist_ok=True)
-    (ROOT / "bench" / "results" / "egress.json").write_text(json.dumps(results, indent=2))
+    write_results("egress.json", results)
     rows = {k: results[k] for k in ("direct", "spliced", "terminated")}
     base = rows["direct"]
     assert isinstance(base, dict)

@@ -30,7 +30,7 @@ from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import ServerFactory
 
-from bench._report import ROOT, machine, summary_ms, write_section
+from bench._report import machine, summary_ms, write_results, write_section
 from bench._workers import run_sdk_worker
 
 RUNTIMES = ("bwrap", "docker")
@@ -76,9 +76,7 @@ def main() -> None:
         "load_1min": [min(loads), max(loads)],
         "runtimes": results,
     }
-    out = ROOT / "bench" / "results" / "login_shell.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results("login_shell.json", result)
     _write_doc(result)
     print(json.dumps(result, indent=2))
 

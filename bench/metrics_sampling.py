@@ -40,7 +40,7 @@ from tests.fixtures.runtimes import RuntimeView, runtime_env
 from tests.fixtures.server import RunningServer, ServerFactory
 from tests.framework.envd import create, run
 
-from bench._report import ROOT, machine, write_section
+from bench._report import machine, write_results, write_section
 
 INTERVAL_S = 5.0
 SETTLE_S = 10.0
@@ -195,8 +195,7 @@ def main() -> None:
         "interval_s": INTERVAL_S,
         "runtimes": results,
     }
-    (ROOT / "bench" / "results").mkdir(exist_ok=True)
-    (ROOT / "bench" / "results" / "metrics_sampling.json").write_text(json.dumps(out, indent=2))
+    write_results("metrics_sampling.json", out)
 
     def row(kind: str) -> str:
         r = results[kind]

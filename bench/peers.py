@@ -40,7 +40,7 @@ import httpx
 from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import SANDBOX_DOMAIN, TEST_ROOTFS_DIR, RunningServer, ServerFactory
 
-from bench._report import ROOT, machine, summary_ms, write_section
+from bench._report import ROOT, machine, summary_ms, write_results, write_section
 from bench.bwrap import IMAGE, raw_bwrap_argv
 
 PEERS = ROOT / "bench" / "peers"
@@ -419,8 +419,7 @@ def main() -> None:
     res.update(when=datetime.now(UTC).isoformat(timespec="seconds"), machine=machine(),
                load_start=load_start, load_end=loadavg(), command=command,
                burst_size=args.burst_size)  # fmt: skip
-    (ROOT / "bench" / "results").mkdir(exist_ok=True)
-    (ROOT / "bench" / "results" / "peers.json").write_text(json.dumps(res, indent=2) + "\n")
+    write_results("peers.json", res)
     if not args.no_doc:
         write_doc(res, args)
     print("\n".join(verdicts(res)))

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from bench._report import ROOT, machine, write_section
+from bench._report import machine, write_results, write_section
 from sandgate.config import SandboxLogsConfig
 from sandgate.store import SandboxLogEntry, Store, TelemetryRecords
 from sandgate.telemetry.logs import SandboxLogs
@@ -194,9 +194,7 @@ def main() -> None:
             r["us_per_entry"]["sandgate"] / r["us_per_entry"]["raw sqlite3"] for r in runs
         ),
     }
-    out = ROOT / "bench" / "results" / "sandbox_logs.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results("sandbox_logs.json", result)
     if not args.no_doc:
         write_doc(result)
 

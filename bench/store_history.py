@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import create_engine, insert, text
 
-from bench._report import ROOT, machine, pct, write_section
+from bench._report import machine, pct, write_results, write_section
 from sandgate.store import Sandbox, Store
 
 INDEX = "ix_sandboxes_state_end"
@@ -236,9 +236,7 @@ def main() -> None:
         "command": command,
         "databases": databases,
     }
-    out = ROOT / "bench" / "results" / "store_history.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results("store_history.json", result)
     if not args.no_doc:
         write_doc(result)
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import func, or_, select, update
 
-from bench._report import ROOT, machine, write_section
+from bench._report import machine, write_results, write_section
 from sandgate.store import (
     KEPT_STATES,
     LIVE_STATES,
@@ -229,9 +229,7 @@ def main() -> None:
         "command": command,
         "queries": queries,
     }
-    out = ROOT / "bench" / "results" / "store_statements.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results("store_statements.json", result)
     if not args.no_doc:
         write_doc(result)
 

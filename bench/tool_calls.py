@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.fixtures.server import ServerFactory
 from tests.framework.envd import create, run
 
-from bench._report import ROOT, machine, summary_ms, write_section
+from bench._report import ROOT, machine, summary_ms, write_results, write_section
 
 CONFIG = """
 agents: [{{id: bench}}]
@@ -176,9 +176,7 @@ def main() -> None:
     results["fsync"] = args.fsync
     results["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     results["load"] = os.getloadavg()[0]
-    (ROOT / "bench" / "results").mkdir(exist_ok=True)
-    name = "tool_calls.json" if args.write_docs else "tool_calls.previous.json"
-    (ROOT / "bench" / "results" / name).write_text(json.dumps(results, indent=2))
+    write_results("tool_calls.json" if args.write_docs else "tool_calls.previous.json", results)
     if args.write_docs:
         previous = json.loads(args.previous.read_text()) if args.previous else None
         _write_docs(results, previous)

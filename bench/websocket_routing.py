@@ -30,7 +30,7 @@ from tests.framework.sandbox_http import SandboxHttp, wait_for
 from tests.framework.ws_service import routing_headers, server_source, start_ws_service, ws_url
 from websockets.sync.client import ClientConnection, connect
 
-from bench._report import ROOT, machine, summary_ms, write_section
+from bench._report import machine, summary_ms, write_results, write_section
 
 MiB = 1024 * 1024
 WARMUP = 50
@@ -126,9 +126,7 @@ def main() -> None:
         "one_mib_message_ms": big,
         "raw_seconds": {"sandgate": ours, "direct": base},
     }
-    out = ROOT / "bench" / "results" / "websocket_routing.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results("websocket_routing.json", results)
 
     def row(label: str, summary: dict[str, float]) -> str:
         return f"| {label} | {summary['p50']:.2f} | {summary['p95']:.2f} | {summary['p99']:.2f} |"

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fixtures.server import ServerFactory
 
-from bench._report import ROOT, machine, summary_ms, write_section
+from bench._report import machine, summary_ms, write_results, write_section
 
 CONFIG = """
 tools: [{name: kv, kind: builtin}]
@@ -165,9 +165,7 @@ def main() -> None:
         },
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    (ROOT / "bench" / "results").mkdir(exist_ok=True)
-    out = ROOT / "bench" / "results" / f"workflows-{args.store}.json"
-    out.write_text(json.dumps(results, indent=2))
+    write_results(f"workflows-{args.store}.json", results)
     c = results["concurrent"]
     write_section(
         f"Workflows ({args.store})",
