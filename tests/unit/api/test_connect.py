@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from sandgate.api.e2b.connect import RpcError, envelope, stream_response, with_keepalive
+from sandgate.api.e2b.connect import (
+    RpcError,
+    StreamDropped,
+    envelope,
+    stream_response,
+    with_keepalive,
+)
 
 
 def _frames(data: bytes) -> list[tuple[int, dict[str, Any]]]:
@@ -19,8 +25,20 @@ def _frames(data: bytes) -> list[tuple[int, dict[str, Any]]]:
 
 
 async def _body(response: Any) -> bytes:
-    chunks = [chunk async for chunk in response.body_iterator]
-    return b"".join(c if isinstance(c, bytes) else c.encode() for c in chunks)
+    """What the response sends as an ASGI app, for a client that stays."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the client never leaves
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await response({"type": "http"}, receive, send)
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    assert [m["more_body"] for m in sent[1:]] == [True] * (len(sent) - 2) + [False]
+    return b"".join(m["body"] for m in sent[1:])
 
 
 def test_envelope_layout() -> None:
@@ -135,3 +153,83 @@ def test_routing_errors_have_a_stable_code(
     with pytest.raises(InvalidRequest, match=message) as raised:
         _target(headers)
     assert raised.value.code == code
+
+
+def test_a_client_that_leaves_ends_the_stream_and_closes_its_source() -> None:
+    closed = asyncio.Event()
+    sent: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        left = asyncio.Event()
+
+        async def source() -> AsyncIterator[dict[str, Any]]:
+            try:
+                yield {"n": 1}
+                await asyncio.Event().wait()  # a process that prints nothing more
+                yield {"never": True}
+            finally:
+                closed.set()
+
+        async def receive() -> dict[str, Any]:
+            await left.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+            if len(sent) == 2:  # the first envelope is out: the client goes
+                left.set()
+
+        stream = stream_response(with_keepalive(source(), 60, {"keepalive": {}}))
+        await asyncio.wait_for(stream({"type": "http"}, receive, send), 10)
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0  # nothing left pending
+
+    asyncio.run(scenario())
+    assert closed.is_set()
+    assert len(sent) == 2  # no end-of-stream for a client that is gone
+
+
+def test_an_exception_other_than_an_rpc_error_drops_the_connection() -> None:
+    async def messages() -> AsyncIterator[dict[str, Any]]:
+        yield {"n": 1}
+        raise StreamDropped
+
+    with pytest.raises(StreamDropped):
+        asyncio.run(_body(stream_response(with_keepalive(messages(), 60, {"k": {}}))))
+
+
+def test_the_deadline_ends_the_stream_and_closes_the_source() -> None:
+    closed = asyncio.Event()
+
+    async def source() -> AsyncIterator[dict[str, Any]]:
+        try:
+            yield {"n": 1}
+            await asyncio.Event().wait()
+            yield {"never": True}
+        finally:
+            closed.set()
+
+    stream = with_keepalive(source(), 60, {"keepalive": {}}, deadline_ms=50)
+    frames = _frames(asyncio.run(_body(stream_response(stream))))
+    assert frames[0] == (0, {"n": 1})
+    assert frames[-1][1]["error"]["code"] == "deadline_exceeded"
+    assert closed.is_set()
+
+
+def test_keepalive_reads_at_most_one_message_ahead_of_its_reader() -> None:
+    produced: list[int] = []
+
+    async def scenario() -> None:
+        async def source() -> AsyncIterator[dict[str, Any]]:
+            for n in range(100):
+                produced.append(n)
+                yield {"n": n}
+
+        stream = with_keepalive(source(), 60, {"keepalive": {}})
+        assert await stream.__anext__() == {"n": 0}
+        for _ in range(20):  # let the reader run as far as it can
+            await asyncio.sleep(0)
+        assert len(produced) <= 3  # taken, queued, and one waiting for room
+        await stream.aclose()
+
+    asyncio.run(scenario())

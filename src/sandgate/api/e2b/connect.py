@@ -22,7 +22,8 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from sandgate._tasks import cancel_and_wait
 from sandgate.api.errors import CONNECT_STATUS
@@ -219,26 +220,71 @@ async def read_stream_messages(request: Request) -> AsyncIterator[dict[str, Any]
         raise RpcError("invalid_argument", "truncated request envelope")
 
 
-def stream_response(messages: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+def stream_response(messages: AsyncIterator[dict[str, Any]]) -> Response:
     """Streams ``messages`` as envelopes and finishes with end-of-stream.
 
     An ``RpcError`` raised by ``messages`` becomes the end-of-stream error. ``StreamDropped``
     (or any other exception) drops the connection instead (the client then probes
     ``/health``), which is what a sandbox vanishing mid-stream must look like.
     """
+    return _EnvelopeStream(messages)
 
-    async def body() -> AsyncIterator[bytes]:
+
+class _EnvelopeStream(Response):
+    """A server-streaming response, sent without a task group: every ``commands.run`` is one,
+    and Starlette's ``StreamingResponse`` spends more on its task group (two tasks and their
+    cancel scopes) than on the few envelopes a short command sends. One task watches for the
+    client's disconnect and cancels the stream, which closes ``messages`` (a process stream
+    then only unsubscribes: the process runs on). The end-of-stream envelope and the end of
+    the body go out in one write.
+    """
+
+    def __init__(self, messages: AsyncIterator[dict[str, Any]]) -> None:
+        self._messages = messages
+        self.status_code = 200
+        self.background = None
+        self.media_type = STREAM_CONTENT_TYPE
+        self.init_headers()  # no body attribute: no content-length (the body is chunked)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        streaming = asyncio.current_task()
+        ended = False
+        client_left = False
+
+        async def watch() -> None:
+            nonlocal client_left
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if not ended and streaming is not None:
+                client_left = True
+                streaming.cancel()
+
+        watcher = asyncio.ensure_future(watch())
         try:
-            async for message in messages:
-                yield envelope(message)
-        except RpcError as exc:
-            yield envelope({"error": {"code": exc.code, "message": exc.message}}, end=True)
-            return
-        yield envelope({}, end=True)
+            try:
+                async for message in self._messages:
+                    body = envelope(message)
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                tail = envelope({}, end=True)
+            except RpcError as exc:
+                tail = envelope({"error": {"code": exc.code, "message": exc.message}}, end=True)
+            ended = True  # from here a disconnect is the response's own end, not the client's
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+        except asyncio.CancelledError:
+            if client_left and streaming is not None and streaming.uncancel() == 0:
+                return  # the client went away: nobody is left to send to
+            raise
+        finally:
+            ended = True
+            watcher.cancel()
+            aclose = getattr(self._messages, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
-    return StreamingResponse(
-        body(), media_type=STREAM_CONTENT_TYPE, headers={"content-type": STREAM_CONTENT_TYPE}
-    )
+
+#: What the pump of ``with_keepalive`` hands over when its source ended (or failed).
+_SOURCE_ENDED: Final = object()
 
 
 async def with_keepalive(
@@ -253,34 +299,46 @@ async def with_keepalive(
     With ``deadline_ms`` > 0 (the request's ``connect-timeout-ms``) the stream ends with
     ``deadline_exceeded`` once that much time has passed; the source is closed, which for a
     process or a watch only unsubscribes.
+
+    One task reads the source into a one-place queue (so a slow client still holds back a
+    chatty source), and each wait for it is bounded by a timer: a task and a wait per message,
+    as before, cost more than the messages of a short command.
     """
-    iterator = source.__aiter__()
-    pending: asyncio.Task[dict[str, Any]] | None = None
+    handover: asyncio.Queue[tuple[Any, BaseException | None]] = asyncio.Queue(maxsize=1)
+
+    async def pump() -> None:
+        try:
+            async for message in source:
+                await handover.put((message, None))
+        except Exception as exc:  # RpcError, StreamDropped, a guest failure: the reader's
+            await handover.put((_SOURCE_ENDED, exc))
+            return
+        finally:
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        await handover.put((_SOURCE_ENDED, None))
+
     loop = asyncio.get_running_loop()
     deadline = loop.time() + deadline_ms / 1000 if deadline_ms > 0 else None
+    reader = asyncio.ensure_future(pump())
     try:
         while True:
-            if pending is None:
-                pending = asyncio.ensure_future(iterator.__anext__())
             wait = interval_s
             if deadline is not None:
                 wait = min(wait, max(0.0, deadline - loop.time()))
-            done, _ = await asyncio.wait({pending}, timeout=wait)
-            if not done:
+            try:
+                async with asyncio.timeout(wait):
+                    message, error = await handover.get()
+            except TimeoutError:
                 if deadline is not None and loop.time() >= deadline:
-                    raise RpcError("deadline_exceeded", "the stream reached its deadline")
+                    raise RpcError("deadline_exceeded", "the stream reached its deadline") from None
                 yield keepalive
                 continue
-            try:
-                message = pending.result()
-            except StopAsyncIteration:
+            if error is not None:
+                raise error
+            if message is _SOURCE_ENDED:
                 return
-            finally:
-                pending = None
             yield message
     finally:
-        if pending is not None:
-            await cancel_and_wait(pending)
-        aclose = getattr(iterator, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await cancel_and_wait(reader)

@@ -268,7 +268,7 @@ async def stream_input(request: Request) -> Response:
     """Client streaming: a ``start`` naming the process, then ``data`` events of input.
 
     The whole request stream is consumed before the response starts (Connect answers a client
-    stream once it ends). Reading it while a streaming response runs would race Starlette's
+    stream once it ends). Reading it while a streaming response runs would race the response's
     disconnect listener for the request's messages, which drops the ones it wins: input lost,
     or a request that never ends. An error ends the call at once, as an end-of-stream error.
     """
