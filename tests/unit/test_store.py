@@ -4,8 +4,10 @@ import os
 import re
 import secrets
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, inspect, text
@@ -251,14 +253,7 @@ def test_live_sandbox_queries_are_served_by_an_index_not_the_history(store: Stor
         for i in range(300):
             s.add(_sandbox(team.id, f"ended{i}", now - timedelta(days=1), state="killed"))
     store.add_sandbox(_sandbox(team.id, "live", now))
-    statements: list[tuple[str, object]] = []
-
-    def seen(_conn, _cursor, statement, parameters, _context, _many) -> None:  # type: ignore[no-untyped-def]
-        if "sandboxes" in statement:
-            statements.append((statement, parameters))
-
-    sqlalchemy_event.listen(store.engine, "before_cursor_execute", seen)
-    try:
+    with statements_on(store, "sandboxes") as statements:
         assert [s.id for s in store.expired_sandboxes(now + timedelta(hours=1))] == ["live"]
         assert store.count_live() == 1
         assert store.count_live(team.id) == 1
@@ -267,23 +262,40 @@ def test_live_sandbox_queries_are_served_by_an_index_not_the_history(store: Stor
         assert [
             s.id for s in store.list_sandboxes(team.id, ["running"], {}, 10, None).sandboxes
         ] == ["live"]
+    assert len(statements) == 6
+    assert_served_by_an_index(store, "sandboxes", statements)
+
+
+@contextmanager
+def statements_on(store: Store, table: str) -> Iterator[list[tuple[str, Any]]]:
+    """The SQL (with its parameters) that the block sends about ``table``."""
+    statements: list[tuple[str, Any]] = []
+
+    def seen(_conn, _cursor, statement, parameters, _context, _many) -> None:  # type: ignore[no-untyped-def]
+        if f" {table} " in f" {statement} ".replace("\n", " "):
+            statements.append((statement, parameters))
+
+    sqlalchemy_event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        yield statements
     finally:
         sqlalchemy_event.remove(store.engine, "before_cursor_execute", seen)
-    assert len(statements) == 6
-    leading = {
-        i["name"]: i["column_names"][0] for i in inspect(store.engine).get_indexes("sandboxes")
-    }
-    leading["sandboxes_pkey"] = "id"
+
+
+def assert_served_by_an_index(store: Store, table: str, statements: list[tuple[str, Any]]) -> None:
+    """Each statement reads ``table`` through an index range, never the whole table."""
+    leading = {i["name"]: i["column_names"][0] for i in inspect(store.engine).get_indexes(table)}
+    leading[f"{table}_pkey"] = "id"
     with store.engine.connect() as conn:
         for statement, parameters in statements:
             if conn.dialect.name == "sqlite":
-                rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)  # type: ignore[arg-type]
+                rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)
                 plan = "\n".join(str(row[-1]) for row in rows)
                 # "SEARCH" reads the index range it names; "SCAN" reads a whole table or index.
-                assert "SEARCH sandboxes" in plan and "SCAN" not in plan, (statement, plan)
+                assert f"SEARCH {table}" in plan and "SCAN" not in plan, (statement, plan)
             else:
                 conn.exec_driver_sql("SET enable_seqscan = off")
-                rows = conn.exec_driver_sql("EXPLAIN " + statement, parameters)  # type: ignore[arg-type]
+                rows = conn.exec_driver_sql("EXPLAIN " + statement, parameters)
                 plan = "\n".join(str(row[0]) for row in rows)
                 # A planner told to avoid sequential scans still takes one when no index fits;
                 # an index whose first column is not in the condition is read whole.

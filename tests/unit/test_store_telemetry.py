@@ -12,7 +12,11 @@ from sandgate.store import (
     Store,
     TelemetryRecords,
 )
-from tests.unit.test_store import store  # noqa: F401 (the sqlite/postgres fixture)
+from tests.unit.test_store import (  # the sqlite/postgres fixture and the plan check
+    assert_served_by_an_index,
+    statements_on,
+    store,  # noqa: F401
+)
 
 
 def _sample(sandbox_id: str, time_ms: int, cpu: float = 1.0) -> SandboxMetricSample:
@@ -102,3 +106,20 @@ def test_prune_by_age_then_by_the_tables_size(store: Store) -> None:  # noqa: F8
     assert records.log_bytes() <= 650
     assert _messages(records.log_entries("old", limit=100)) == []
     assert _messages(records.log_entries("new", limit=100)) == [f"n{t}" for t in range(4, 10)]
+
+
+def test_the_retention_prunes_are_served_by_an_index(store: Store) -> None:  # noqa: F811
+    # Each prune runs every minute and deletes by age; SQLite holds the write lock for the whole
+    # statement, so one that read every row (a day of samples at 500 sandboxes: 8.6 million)
+    # would hold every create, kill and audit record for as long.
+    records = TelemetryRecords(store)
+    records.add_samples([_sample("a", t) for t in range(300)])
+    records.add_log_entries([_entry("a", t, f"m{t}", seq=t + 1) for t in range(300)], ring=1000)
+    with statements_on(store, "sandbox_metrics") as samples:
+        assert records.prune_samples(100) == 100
+    with statements_on(store, "sandbox_log_entries") as logs:
+        assert records.prune_logs(100, 10**9) == 100
+    deletes = [(sql, params) for sql, params in samples + logs if sql.startswith("DELETE")]
+    assert len(deletes) == 2
+    assert_served_by_an_index(store, "sandbox_metrics", deletes[:1])
+    assert_served_by_an_index(store, "sandbox_log_entries", deletes[1:])

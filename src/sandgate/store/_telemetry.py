@@ -209,15 +209,21 @@ class TelemetryRecords:
 
     def prune_logs(self, before_ms: int, max_total_bytes: int) -> int:
         """Deletes entries older than ``before_ms``, then the oldest entries of any sandbox
-        until the table holds at most ``max_total_bytes``; returns how many went."""
+        until the table holds at most ``max_total_bytes``; returns how many went.
+
+        Three transactions, not one: the table's size is summed over every row, and a write
+        transaction holds the database's write lock (every create, kill and audit record
+        waits) while it reads; the sum is read on its own, the write lock taken only to delete.
+        Entries written meanwhile count at the next prune."""
         with self._store.session() as s:
             result = s.execute(delete(SandboxLogEntry).where(SandboxLogEntry.time_ms < before_ms))
             removed = int(getattr(result, "rowcount", 0) or 0)
-            total = int(s.scalar(select(func.coalesce(func.sum(SandboxLogEntry.size), 0))) or 0)
-            excess = total - max_total_bytes
-            if excess <= 0:
-                return removed
+        excess = self.log_bytes() - max_total_bytes
+        if excess <= 0:
+            return removed
+        with self._store.session() as s:
             cut = _size_cut(s, excess)
+        with self._store.session() as s:
             result = s.execute(delete(SandboxLogEntry).where(SandboxLogEntry.id <= cut))
             return removed + int(getattr(result, "rowcount", 0) or 0)
 

@@ -390,7 +390,10 @@ class SandboxMetricSample(Base):
     milliseconds since the epoch. Kept for ``metrics.retention_hours``."""
 
     __tablename__ = "sandbox_metrics"
-    __table_args__ = (Index("ix_sandbox_metrics_sandbox_time", "sandbox_id", "time_ms"),)
+    __table_args__ = (
+        Index("ix_sandbox_metrics_sandbox_time", "sandbox_id", "time_ms"),
+        Index("ix_sandbox_metrics_time", "time_ms"),  # the retention prune, every minute
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     sandbox_id: Mapped[str] = mapped_column(String(64))
@@ -414,6 +417,7 @@ class SandboxLogEntry(Base):
     __tablename__ = "sandbox_log_entries"
     __table_args__ = (
         Index("ix_sandbox_log_entries_sandbox_time", "sandbox_id", "time_ms"),
+        Index("ix_sandbox_log_entries_time", "time_ms"),  # the retention prune, every minute
         Index("ix_sandbox_log_entries_sandbox_seq", "sandbox_id", "guest_seq"),
     )
 
