@@ -1,11 +1,13 @@
-"""Memory of a sandbox as the host sees it: its memory cgroup and the PSS of its processes.
+"""Memory and CPU of processes as the host sees them: a sandbox's memory cgroup and the PSS
+of its processes, a process's CPU time.
 
 Standard library only, so both the benchmarks in Sandgate's environment and the peers' driver
-(``bench/workers/peers_driver.py``, in its own locked environment) read memory the same way.
+(``bench/workers/peers_driver.py``, in its own locked environment) read them the same way.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -50,6 +52,12 @@ def process_tree(root: int) -> list[int]:
             except (FileNotFoundError, ProcessLookupError):
                 continue
     return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time so far of a live process (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def parent(pid: int) -> int:

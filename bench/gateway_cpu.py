@@ -35,20 +35,15 @@ from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import ServerFactory
 
+from bench._procmem import cpu_seconds
 from bench._report import ROOT, machine, pct, write_results, write_section
 from bench._workers import WORKERS
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 _COLUMNS = (
     "round", "side", "gateway CPU per command (ms)", "`commands.run` p50 (ms)",
     "floor p50 (ms)", "p50 / floor", "gateway CPU per streamed MiB (ms)",
 )  # fmt: skip
 _HEADER = "| " + " | ".join(_COLUMNS) + " |\n|" + "---|" * len(_COLUMNS)
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
 def _side(
@@ -78,11 +73,11 @@ def _side(
 
         def block(name: str) -> tuple[dict[str, Any], float]:
             assert worker.stdin is not None and worker.stdout is not None
-            before = _cpu_s(pid)
+            before = cpu_seconds(pid)
             worker.stdin.write(name + "\n")
             worker.stdin.flush()
             reply = json.loads(worker.stdout.readline())
-            return reply, _cpu_s(pid) - before
+            return reply, cpu_seconds(pid) - before
 
         commands, commands_cpu = block("commands")
         _, stream_cpu = block("stream")

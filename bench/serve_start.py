@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fixtures.server import RunningServer, ServerFactory
 
+from bench._procmem import cpu_seconds
 from bench._report import ROOT, machine, summary_ms, write_section
 
 POLL_S = 0.005
@@ -77,12 +78,6 @@ def process_time(argv: list[str], samples: int, env: dict[str, str] | None = Non
     return times, cpu
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU time so far of a live process (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def no_bytecode(base: dict[str, str]) -> dict[str, str]:
     """``base`` where no ``.pyc`` is found nor written: every module compiled from source at
     every start, as on a host with ``PYTHONDONTWRITEBYTECODE`` set and no bytecode compiled
@@ -119,7 +114,7 @@ def serve_time(server: RunningServer, samples: int, env: dict[str, str] | None =
                         pass
                     time.sleep(POLL_S)
                 times.append(time.perf_counter() - started)
-                cpu.append(_cpu_s(process.pid))
+                cpu.append(cpu_seconds(process.pid))
             finally:
                 process.send_signal(signal.SIGTERM)
                 process.wait(timeout=60)

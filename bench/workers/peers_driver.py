@@ -33,7 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import docker
 import sandlock
-from bench._procmem import cgroup_memory, mem_available, parent, process_tree, pss
+from bench._procmem import (
+    cgroup_memory,
+    cpu_seconds,
+    mem_available,
+    parent,
+    process_tree,
+    pss,
+)
 from e2b import Sandbox
 from llm_sandbox import SandboxSession
 
@@ -371,12 +378,6 @@ def measure_burst(
     return interleaved(runs, bursts), failures
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU a process has used (``/proc/PID/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measure_roundtrip(
     s: Subjects, count: int, cpu: dict[str, dict[str, float]]
 ) -> dict[str, list[float]]:
@@ -412,12 +413,12 @@ def measure_roundtrip(
                 call()
         client_s.update(bwrap=0.0, docker=0.0)
         gateways = {kind: int(s.config.servers[kind]["pid"]) for kind in ("bwrap", "docker")}
-        before = {kind: process_cpu_s(pid) for kind, pid in gateways.items()}
+        before = {kind: cpu_seconds(pid) for kind, pid in gateways.items()}
         samples = interleaved({k: partial(no_cleanup, c) for k, c in subjects.items()}, count)
         for kind, pid in gateways.items():
             cpu[f"sandgate {kind}"] = {
                 "client_ms": client_s[kind] / count * 1000,
-                "gateway_ms": (process_cpu_s(pid) - before[kind]) / count * 1000,
+                "gateway_ms": (cpu_seconds(pid) - before[kind]) / count * 1000,
             }
         return samples
     finally:
