@@ -41,6 +41,17 @@ async def _body(response: Any) -> bytes:
     return b"".join(m["body"] for m in sent[1:])
 
 
+async def _one_then_silence(closed: asyncio.Event) -> AsyncIterator[dict[str, Any]]:
+    """A source that sends one message, then nothing (a process printing nothing more), and
+    sets ``closed`` when it is closed."""
+    try:
+        yield {"n": 1}
+        await asyncio.Event().wait()
+        yield {"never": True}
+    finally:
+        closed.set()
+
+
 def test_envelope_layout() -> None:
     assert envelope({}) == b"\x00\x00\x00\x00\x02{}"
     assert envelope({"a": 1}, end=True)[:5] == b"\x02\x00\x00\x00\x07"
@@ -91,15 +102,7 @@ def test_closing_early_closes_the_source() -> None:
     closed = asyncio.Event()
 
     async def scenario() -> None:
-        async def source() -> AsyncIterator[dict[str, Any]]:
-            try:
-                yield {"n": 1}
-                await asyncio.Event().wait()
-                yield {"never": True}
-            finally:
-                closed.set()
-
-        stream = with_keepalive(source(), 10, {"keepalive": {}})
+        stream = with_keepalive(_one_then_silence(closed), 10, {"keepalive": {}})
         assert await stream.__anext__() == {"n": 1}
         await stream.aclose()
 
@@ -162,14 +165,6 @@ def test_a_client_that_leaves_ends_the_stream_and_closes_its_source() -> None:
     async def scenario() -> None:
         left = asyncio.Event()
 
-        async def source() -> AsyncIterator[dict[str, Any]]:
-            try:
-                yield {"n": 1}
-                await asyncio.Event().wait()  # a process that prints nothing more
-                yield {"never": True}
-            finally:
-                closed.set()
-
         async def receive() -> dict[str, Any]:
             await left.wait()
             return {"type": "http.disconnect"}
@@ -179,7 +174,8 @@ def test_a_client_that_leaves_ends_the_stream_and_closes_its_source() -> None:
             if len(sent) == 2:  # the first envelope is out: the client goes
                 left.set()
 
-        stream = stream_response(with_keepalive(source(), 60, {"keepalive": {}}))
+        source = _one_then_silence(closed)
+        stream = stream_response(with_keepalive(source, 60, {"keepalive": {}}))
         await asyncio.wait_for(stream({"type": "http"}, receive, send), 10)
         task = asyncio.current_task()
         assert task is not None and task.cancelling() == 0  # nothing left pending
@@ -200,16 +196,7 @@ def test_an_exception_other_than_an_rpc_error_drops_the_connection() -> None:
 
 def test_the_deadline_ends_the_stream_and_closes_the_source() -> None:
     closed = asyncio.Event()
-
-    async def source() -> AsyncIterator[dict[str, Any]]:
-        try:
-            yield {"n": 1}
-            await asyncio.Event().wait()
-            yield {"never": True}
-        finally:
-            closed.set()
-
-    stream = with_keepalive(source(), 60, {"keepalive": {}}, deadline_ms=50)
+    stream = with_keepalive(_one_then_silence(closed), 60, {"keepalive": {}}, deadline_ms=50)
     frames = _frames(asyncio.run(_body(stream_response(stream))))
     assert frames[0] == (0, {"n": 1})
     assert frames[-1][1]["error"]["code"] == "deadline_exceeded"
