@@ -17,7 +17,6 @@ from tests.fixtures.server import RunningServer
 from tests.framework.envd import create, run
 
 STAGE = Path("/run/sandgate-rt/stage")
-UIDS = Path("/run/sandgate-rt/uids")
 
 
 def _h(server: RunningServer) -> dict[str, str]:
@@ -32,10 +31,6 @@ def _state(server: RunningServer, sandbox_id: str) -> str:
     return str(
         httpx.get(f"{server.url}/sandboxes/{sandbox_id}", headers=_h(server)).json()["state"]
     )
-
-
-def _claims_of(path_part: str) -> list[str]:
-    return [p.name for p in UIDS.iterdir() if path_part in p.read_text()] if UIDS.is_dir() else []
 
 
 def test_saves_and_disk_paused_sandboxes_survive_a_gateway_crash(
@@ -118,12 +113,12 @@ def test_pause_to_disk_frees_the_sandbox_and_reboot_resumes_a_frozen_one(
         assert rebooted.status_code == 201, rebooted.text
         assert run(server.url, sid, token, probe).stdout == "n\nno-sleep\n"
 
-        assert len(_claims_of(sid)) == 1
+        assert len(runtime_view.uid_claims(sid)) == 1
         assert _post(server, f"/sandboxes/{sid}/pause", {"memory": False}).status_code == 204
         assert not runtime_view.exists(sid)
         assert not (STAGE / sid).exists()
         assert sid not in Path("/proc/self/mountinfo").read_text()
-        assert _claims_of(sid) == []  # its uid range is free
+        assert runtime_view.uid_claims(sid) == []  # its uid range is free
         health = httpx.get(
             f"{server.url}/health", headers={"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983"}
         )
