@@ -3,7 +3,7 @@
 import os
 import re
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,7 +15,7 @@ from sqlalchemy import event as sqlalchemy_event
 
 from sandgate.access import authenticate_api_key, create_api_key
 from sandgate.errors import Unauthenticated
-from sandgate.store import Sandbox, Store
+from sandgate.store import AgentRecords, AgentRun, Sandbox, Store, TelemetryRecords
 from sandgate.store._store import _MIGRATIONS, SCHEMA_HEAD, _create_engine
 
 
@@ -266,6 +266,71 @@ def test_live_sandbox_queries_are_served_by_an_index_not_the_history(store: Stor
     assert_served_by_an_index(store, "sandboxes", statements)
 
 
+def test_a_teams_history_queries_read_their_window_not_the_whole_history(store: Store) -> None:
+    # The other queries that read the history kept for good: a team's metrics (the sandboxes
+    # alive at some moment of a time window) and its audit index (newest first for the
+    # console, from a sequence number on for /v1/audit). A team's old sandboxes, and the
+    # other teams' audit rows, are not theirs to read.
+    team = store.get_or_create_team("t10", "team_t10", datetime.now(UTC))
+    other = store.get_or_create_team("t11", "team_t11", datetime.now(UTC))
+    now = datetime.now(UTC)
+    long_ago = now - timedelta(days=30)
+    with store.session() as s:
+        for i in range(300):
+            s.add(_sandbox(team.id, f"old{i}", long_ago, state="killed", ended_at=long_ago))
+        s.add(_sandbox(team.id, "ended", now - timedelta(hours=2), state="killed",
+                       ended_at=now - timedelta(minutes=30)))  # fmt: skip
+        s.add(_sandbox(team.id, "paused", now - timedelta(hours=3), state="paused"))
+    store.add_sandbox(_sandbox(team.id, "live", now - timedelta(minutes=5)))
+    store.add_sandbox(_sandbox(team.id, "later", now + timedelta(hours=2)))
+    records = TelemetryRecords(store)
+    with statements_on(store, "sandboxes") as statements:
+        lived = records.lifetimes(team.id, now - timedelta(hours=1), now)
+    assert sorted(start for start, _ in lived) == sorted(
+        [now - timedelta(hours=3), now - timedelta(hours=2), now - timedelta(minutes=5)]
+    )
+    assert sorted((end for _, end in lived if end is not None)) == [now - timedelta(minutes=30)]
+    # The ended ones by their end, the kept ones by their state (only the live few).
+    assert_served_by_an_index(store, "sandboxes", statements, narrowed_by=["ended_at", "state"])
+
+    store.add_audit_entries(
+        [
+            {"seq": seq, "time": now, "event": "tool.call", "sandbox_id": "s",
+             "team_id": team.id if seq % 100 == 0 else other.id, "agent": None, "tool": "kv",
+             "action": "get", "outcome": "allowed", "rule_id": None, "duration_ms": 1.0,
+             "hash": f"{seq:064x}"}
+            for seq in range(1, 401)
+        ]
+    )  # fmt: skip
+    with statements_on(store, "audit_entries") as statements:
+        assert [r.seq for r in store.search_audit(team_id=team.id, limit=2)] == [400, 300]
+        assert [r.seq for r in store.audit_entries(team_id=team.id, after_seq=150)] == [
+            200, 300, 400
+        ]  # fmt: skip
+    assert_served_by_an_index(store, "audit_entries", statements)
+
+
+def test_the_agent_runs_still_active_are_found_without_reading_every_run(store: Store) -> None:
+    # Runs stay for good (their traces are the history); the runner's start looks for those a
+    # previous process left active, and ending a session checks for its own active run.
+    now = datetime.now(UTC)
+
+    def run(run_id: str, session_id: str, state: str) -> AgentRun:
+        return AgentRun(id=run_id, session_id=session_id, agent_id="a", team_id="t",
+                        state=state, message="m", answer=None, stop_reason=None, error=None,
+                        created_at=now, ended_at=None)  # fmt: skip
+
+    with store.session() as s:
+        s.add_all(run(f"done{i}", f"s{i % 7}", "completed") for i in range(300))
+        s.add(run("busy", "s1", "running"))
+    records = AgentRecords(store)
+    with statements_on(store, "agent_runs") as statements:
+        assert [r.id for r in records.active_runs()] == ["busy"]
+        assert records.has_active_run("s1") is True
+        assert records.has_active_run("s2") is False
+    assert_served_by_an_index(store, "agent_runs", statements)
+
+
 @contextmanager
 def statements_on(store: Store, table: str) -> Iterator[list[tuple[str, Any]]]:
     """The SQL (with its parameters) that the block sends about ``table``."""
@@ -282,10 +347,19 @@ def statements_on(store: Store, table: str) -> Iterator[list[tuple[str, Any]]]:
         sqlalchemy_event.remove(store.engine, "before_cursor_execute", seen)
 
 
-def assert_served_by_an_index(store: Store, table: str, statements: list[tuple[str, Any]]) -> None:
-    """Each statement reads ``table`` through an index range, never the whole table."""
-    leading = {i["name"]: i["column_names"][0] for i in inspect(store.engine).get_indexes(table)}
-    leading[f"{table}_pkey"] = "id"
+def assert_served_by_an_index(
+    store: Store,
+    table: str,
+    statements: list[tuple[str, Any]],
+    *,
+    narrowed_by: Sequence[str] = (),
+) -> None:
+    """Each statement reads ``table`` through an index range, never the whole table; and,
+    given ``narrowed_by``, each range is bounded by one of those columns too (a range on the
+    team alone is the team's whole history: an index range all the same)."""
+    inspector = inspect(store.engine)
+    leading = {i["name"]: i["column_names"][0] for i in inspector.get_indexes(table)}
+    leading[f"{table}_pkey"] = inspector.get_pk_constraint(table)["constrained_columns"][0]
     with store.engine.connect() as conn:
         for statement, parameters in statements:
             if conn.dialect.name == "sqlite":
@@ -293,18 +367,28 @@ def assert_served_by_an_index(store: Store, table: str, statements: list[tuple[s
                 plan = "\n".join(str(row[-1]) for row in rows)
                 # "SEARCH" reads the index range it names; "SCAN" reads a whole table or index.
                 assert f"SEARCH {table}" in plan and "SCAN" not in plan, (statement, plan)
+                # Each search's condition: "SEARCH t USING INDEX ix (team_id=? AND seq>?)".
+                searches = re.findall(rf"SEARCH {table} .*\((.*)\)", plan)
             else:
+                # With the statistics autovacuum would gather by then: the choice between two
+                # indexes is the planner's estimate, and a table just filled has none.
+                conn.exec_driver_sql(f"ANALYZE {table}")
                 conn.exec_driver_sql("SET enable_seqscan = off")
                 rows = conn.exec_driver_sql("EXPLAIN " + statement, parameters)
                 plan = "\n".join(str(row[0]) for row in rows)
                 # A planner told to avoid sequential scans still takes one when no index fits;
                 # an index whose first column is not in the condition is read whole.
                 assert "Seq Scan" not in plan, (statement, plan)
-                used = re.findall(r"Index (?:Only )?Scan (?:using|on) (\w+)", plan)
-                conditions = " ".join(re.findall(r"Index Cond: (.*)", plan))
+                used = re.findall(r"Index (?:Only )?Scan (?:Backward )?(?:using|on) (\w+)", plan)
+                searches = re.findall(r"Index Cond: (.*)", plan)
                 assert used, (statement, plan)
                 for index in used:
-                    assert leading[index] in conditions, (statement, plan)
+                    assert leading[index] in " ".join(searches), (statement, plan)
+            if narrowed_by:
+                assert all(any(c in search for c in narrowed_by) for search in searches), (
+                    statement,
+                    plan,
+                )
 
 
 def test_a_conditional_sandbox_update_has_one_winner(store: Store) -> None:

@@ -201,7 +201,7 @@ class AgentRunner:
         """Releases the session's sandbox (its history stays; a later run starts a new
         sandbox). Raises ``NotFound``, or ``Conflict`` while a run is active in it."""
         session = self.session(principal, session_id)
-        if any(r.session_id == session_id for r in self._records.active_runs()):
+        if self._records.has_active_run(session_id):
             raise Conflict(f"session {session_id} has a run in progress; cancel it first")
         if session.sandbox_id:
             await self._release(session, session.sandbox_id)

@@ -118,6 +118,15 @@ class AgentRecords:
         with self._store.session() as s:
             return s.scalars(select(AgentRun).where(AgentRun.state.in_(ACTIVE_RUN_STATES))).all()
 
+    def has_active_run(self, session_id: str) -> bool:
+        """Whether a run still holds ``session_id``: one session's runs, not every active run
+        of the server."""
+        with self._store.session() as s:
+            query = select(AgentRun.id).where(
+                AgentRun.session_id == session_id, AgentRun.state.in_(ACTIVE_RUN_STATES)
+            )
+            return s.scalar(query.limit(1)) is not None
+
     def add_event(
         self, run_id: str, seq: int, kind: str, data: dict[str, Any], at: datetime
     ) -> None:

@@ -41,7 +41,7 @@ from sandgate.store.models import ApiKey, AuditEntry, Base, Sandbox, Team, Templ
 _MIGRATIONS = Path(__file__).with_name("migrations")
 #: The newest migration's revision (``migrations/versions``). A new migration updates it;
 #: tests/unit/test_store.py compares it with Alembic's own reading of the migrations.
-SCHEMA_HEAD = "0011t"
+SCHEMA_HEAD = "0012h"
 #: Alembic's bookkeeping table, as Alembic itself creates it.
 _VERSION_TABLE = Table(
     "alembic_version",

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, cast
 
-from sqlalchemy import Integer, Table, bindparam, delete, func, insert, select
+from sqlalchemy import Integer, Table, bindparam, delete, func, insert, select, union_all
 from sqlalchemy.orm import Session
 
 from sandgate.store._store import KEPT_STATES, Store
@@ -62,16 +62,21 @@ class TelemetryRecords:
     ) -> list[tuple[datetime, datetime | None]]:
         """(started, ended or None) of the team's sandboxes that existed at some moment of
         ``[start, end]``: the sandboxes table keeps ended rows, so this is the team's
-        history (E2B's team metrics are computed from it)."""
+        history (E2B's team metrics are computed from it).
+
+        Two ranges of ``ix_sandboxes_team_ended``, not one condition with an OR: with the OR,
+        SQLite and PostgreSQL both read every row of the team's history and filter."""
+        alive_before_end = (Sandbox.team_id == team_id) & (Sandbox.started_at <= end)
+        ended_in_window = select(Sandbox.started_at, Sandbox.ended_at).where(
+            alive_before_end, Sandbox.ended_at >= start
+        )
+        # An ended row without its end time (none is written so) is not counted.
+        kept = select(Sandbox.started_at, Sandbox.ended_at).where(
+            alive_before_end, Sandbox.ended_at.is_(None), Sandbox.state.in_(KEPT_STATES)
+        )
         with self._store.session() as s:
-            query = select(Sandbox.started_at, Sandbox.ended_at).where(
-                Sandbox.team_id == team_id,
-                Sandbox.started_at <= end,
-                # An ended row without its end time (none is written so) is not counted.
-                (Sandbox.ended_at >= start)
-                | (Sandbox.ended_at.is_(None) & Sandbox.state.in_(KEPT_STATES)),
-            )
-            return [(row[0], row[1]) for row in s.execute(query).all()]
+            rows = s.execute(union_all(ended_in_window, kept)).all()
+            return [(row[0], row[1]) for row in rows]
 
     # -- metrics --------------------------------------------------------------------------
 

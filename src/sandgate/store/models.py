@@ -184,6 +184,9 @@ class Sandbox(Base):
         # Ended rows stay (the team's history), so what looks for live ones by state (the
         # reaper every second, the collectors, every create's server-wide count) needs this.
         Index("ix_sandboxes_state_end", "state", "end_at"),
+        # A team's metrics read the sandboxes alive in a time window: those ended since its
+        # start, and the kept ones (no end yet), not the team's whole history.
+        Index("ix_sandboxes_team_ended", "team_id", "ended_at"),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -297,6 +300,9 @@ class AuditEntry(Base):
     __table_args__ = (
         Index("ix_audit_tool_outcome", "tool", "outcome"),
         Index("ix_audit_sandbox", "sandbox_id"),
+        # A team's rows newest first (the console's search) or from a sequence number on
+        # (/v1/audit), without walking every team's records.
+        Index("ix_audit_team_seq", "team_id", "seq"),
     )
 
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
@@ -341,6 +347,8 @@ class AgentRun(Base):
     __table_args__ = (
         Index("ix_agent_runs_session_state", "session_id", "state"),
         Index("ix_agent_runs_team_created", "team_id", "created_at"),
+        # Runs left active by a previous process, found at start among every run ever made.
+        Index("ix_agent_runs_state", "state"),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)

@@ -289,6 +289,8 @@ def test_a_session_takes_one_run_at_a_time_and_a_cancel_ends_it(
             assert await asyncio.to_thread(asked.wait, 60)  # the model call is in flight
             with pytest.raises(Conflict, match="already has a run in progress"):
                 await runner.submit(h.principal, "helper", "And this?", session.id)
+            with pytest.raises(Conflict, match="has a run in progress; cancel it first"):
+                await runner.end_session(h.principal, session.id)
             cancelled = await runner.cancel(h.principal, run.id, by="tester")
         finally:
             release.set()
