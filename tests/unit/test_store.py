@@ -310,6 +310,23 @@ def test_a_teams_history_queries_read_their_window_not_the_whole_history(store: 
     assert_served_by_an_index(store, "audit_entries", statements)
 
 
+@pytest.mark.postgres
+def test_each_postgres_query_is_planned_for_its_own_values() -> None:
+    # A statement psycopg prepared on the server (after its fifth run on a connection) soon
+    # gets one plan for any values, made as if every team had as many rows: a small team's
+    # audit search then walked every team's records. Nothing is left prepared. (SQLite plans
+    # each statement it is given.)
+    engine = _create_engine(_postgres_url())
+    try:
+        with engine.connect() as conn:
+            for _ in range(10):
+                conn.execute(text("SELECT count(*) FROM pg_class WHERE relname = :n"), {"n": "x"})
+            prepared = conn.exec_driver_sql("SELECT name FROM pg_prepared_statements").all()
+    finally:
+        engine.dispose()
+    assert prepared == []
+
+
 def test_the_agent_runs_still_active_are_found_without_reading_every_run(store: Store) -> None:
     # Runs stay for good (their traces are the history); the runner's start looks for those a
     # previous process left active, and ending a session checks for its own active run.

@@ -31,6 +31,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -433,7 +434,14 @@ def _create_engine(url: str) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    return create_engine(url, pool_pre_ping=True)
+    # psycopg prepares a statement on the server after its fifth run on a connection, and
+    # PostgreSQL then soon plans it once for any values: for a team's rows it assumes every
+    # team has as many, so a small team's audit search walked every team's records newest
+    # first (docs/benchmarks.md, "Store: sandbox history"). Each query is planned for its
+    # own values instead (what psycopg2 always did).
+    psycopg = make_url(url).get_driver_name() == "psycopg"
+    prepare = {"prepare_threshold": None} if psycopg else {}
+    return create_engine(url, pool_pre_ping=True, connect_args=prepare)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
