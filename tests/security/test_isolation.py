@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.runtimes import RuntimeView
 from tests.fixtures.server import RunningServer
 from tests.framework.envd import CommandResult, run
-from tests.framework.posture import GUEST_MASK
+from tests.framework.posture import GUEST_MASK, proc_status
+from tests.framework.sandbox_http import wait_for
 
 PROBE = (Path(__file__).parent / "probe.py").read_text()
 
@@ -40,6 +42,40 @@ def test_ESC_02_inside_posture_of_user_commands(
     assert fields["Seccomp:"] == "2"
     assert lines[10] == "1000"
     assert lines[11:] == ["lo"], "the only network interface is loopback"
+
+
+def test_ESC_02_commands_spawned_without_a_fork_keep_the_posture(
+    runtime_view: RuntimeView, runtime_server: RunningServer, runtime_sandbox: dict[str, Any]
+) -> None:
+    """Once the guest starts commands with ``posix_spawn`` under the user's ids (after it
+    cleared its ambient capabilities, ``guest._spawn``), a user's command still has the
+    user's ids and no capability, and the guest keeps its own ids, capabilities and score."""
+    guest = runtime_view.init_pid(runtime_sandbox["sandboxID"])
+    wait_for(
+        lambda: int(proc_status(guest)["CapAmb"], 16) == 0,
+        30,
+        "the guest to clear its ambient capabilities",
+    )
+    result = _run(
+        runtime_server,
+        runtime_sandbox,
+        "grep -E '^(Uid|Gid|CapPrm|CapEff|CapAmb):' /proc/self/status; "
+        "cat /proc/self/oom_score_adj",
+    )
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    fields = {line.split(":")[0]: line.split(":")[1].split() for line in lines[:5]}
+    assert fields["Uid"] == ["1000"] * 4
+    assert fields["Gid"] == ["1000"] * 4
+    for caps in ("CapPrm", "CapEff", "CapAmb"):
+        assert int(fields[caps][0], 16) == 0, caps
+    assert lines[5] == "1000"
+
+    status = proc_status(guest)
+    assert int(status["CapEff"], 16) == int(status["CapPrm"], 16) == GUEST_MASK
+    assert len(set(status["Uid"].split())) == 1  # real, effective, saved and fs: one uid
+    assert len(set(status["Gid"].split())) == 1
+    assert Path(f"/proc/{guest}/oom_score_adj").read_text().strip() == "500"
 
 
 def test_ESC_02_root_commands_stay_bounded(

@@ -37,6 +37,7 @@ from ._loop import (
     wait_first,
     wait_for,
 )
+from ._spawn import DirectSpawner
 from ._users import User, resolve_path
 from .protocol import OUTPUT_CHUNK, PTY_CHUNK, Kind, encode_frame, encode_json
 
@@ -225,6 +226,8 @@ class ProcessTable:
         self._exited: OrderedDict[int, Process] = OrderedDict()
         #: What the sandbox's logs say about these processes (collected by the gateway).
         self.journal = journal if journal is not None else Journal()
+        #: Starts non-PTY processes without forking the daemon, once it is ready.
+        self.direct = DirectSpawner(PROCESS_OOM_SCORE_ADJ)
 
     def reconfigure(self, config: GuestConfig) -> None:
         """Applies new sandbox-level settings to processes started from now on."""
@@ -303,20 +306,14 @@ class ProcessTable:
                     stdin_fd = None
                 stdio = (in_r, out_w, err_w)
                 outputs = {out_r: Kind.STDOUT, err_r: Kind.STDERR}
-            err_r2, err_w2 = os.pipe()
-            child_fds.append(err_w2)
-            pid = os.fork()
-            if pid == 0:
-                _exec_child(argv, env, cwd, user, stdio, spec.pty is not None, err_w2)
-            for fd in child_fds:
+            pid = None
+            if spec.pty is None and self.direct.ready:
+                pid = self.direct.spawn(argv, env, cwd, user, stdio)
+            if pid is None:
+                pid = self._fork(argv, env, cwd, user, stdio, spec.pty is not None, child_fds)
+            for fd in child_fds:  # the child has its copies (_fork closed them already)
                 os.close(fd)
             child_fds = []
-            failure = _read_all(err_r2)
-            os.close(err_r2)
-            if failure:
-                os.waitpid(pid, 0)
-                code, _, message = failure.decode("utf-8", "replace").partition(":")
-                raise OpError(code if code else "internal", message)
         except OpError:
             for fd in parent_fds + child_fds:
                 os.close(fd)
@@ -337,6 +334,39 @@ class ProcessTable:
         if spec.timeout_ms:
             proc.timer = self._loop.call_later(spec.timeout_ms / 1000, self._on_timeout, proc)
         return proc
+
+    def _fork(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        user: User,
+        stdio: tuple[int, int, int],
+        pty: bool,
+        child_fds: list[int],
+    ) -> int:
+        """Forks a child that sets itself up and execs (``_exec_child``); closes
+        ``child_fds`` in the daemon once the child has them; raises :class:`OpError` with
+        what the child reported if it could not start the command."""
+        err_r, err_w = os.pipe()
+        child_fds.append(err_w)
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(err_r)
+            raise
+        if pid == 0:
+            _exec_child(argv, env, cwd, user, stdio, pty, err_w)
+        for fd in child_fds:
+            os.close(fd)
+        child_fds.clear()
+        failure = _read_all(err_r)
+        os.close(err_r)
+        if failure:
+            os.waitpid(pid, 0)
+            code, _, message = failure.decode("utf-8", "replace").partition(":")
+            raise OpError(code if code else "internal", message)
+        return pid
 
     # ---- output
 

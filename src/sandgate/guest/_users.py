@@ -47,8 +47,21 @@ class User:
         return {"PATH": ":".join(path), "HOME": self.home, "USER": self.name, "LOGNAME": self.name}
 
 
+#: Users looked up while ``/etc/passwd`` and ``/etc/group`` stayed as they were: name ->
+#: (the files' identity, the user). Every command and file operation names its user, and
+#: reading both files costs ~0.15 ms a time inside a sandbox; two ``stat`` calls, ~15 µs.
+_known: dict[str, tuple[tuple[int, ...], User]] = {}
+_MAX_KNOWN = 64
+
+
 def lookup_user(name: str) -> User:
-    """Returns the named user; an unknown name is ``unauthenticated`` (as envd answers)."""
+    """Returns the named user; an unknown name is ``unauthenticated`` (as envd answers).
+    A user is looked up again once either file changed (``useradd``, ``usermod`` and
+    ``passwd`` replace the file: a new inode; an edit in place changes its size or times)."""
+    stamp = _files_stamp()
+    known = _known.get(name)
+    if known is not None and stamp is not None and known[0] == stamp:
+        return known[1]
     try:
         entry = pwd.getpwnam(name)
     except (KeyError, ValueError):
@@ -57,7 +70,25 @@ def lookup_user(name: str) -> User:
         groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
     except OSError:
         groups = (entry.pw_gid,)
-    return User(entry.pw_name, entry.pw_uid, entry.pw_gid, groups, entry.pw_dir or "/")
+    user = User(entry.pw_name, entry.pw_uid, entry.pw_gid, groups, entry.pw_dir or "/")
+    if stamp is not None:
+        if len(_known) >= _MAX_KNOWN:
+            _known.clear()
+        _known[name] = (stamp, user)
+    return user
+
+
+def _files_stamp() -> tuple[int, ...] | None:
+    """What identifies the current ``/etc/passwd`` and ``/etc/group``; ``None`` if either
+    cannot be read (then nothing is remembered)."""
+    stamp: list[int] = []
+    for path in ("/etc/passwd", "/etc/group"):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        stamp += (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return tuple(stamp)
 
 
 def resolve_path(path: str, user: User, default_workdir: str | None) -> str:

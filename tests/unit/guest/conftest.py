@@ -63,13 +63,16 @@ def guest_pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_zipapp(tmp_path_factory.mktemp("pyz") / "guest.pyz")
 
 
-def _start(pyz: Path, workdir: Path, config: dict[str, Any]) -> RunningGuest:
+def _start(
+    pyz: Path, workdir: Path, config: dict[str, Any], prefix: tuple[str, ...] = ()
+) -> RunningGuest:
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "guest.json"
     config_path.write_text(json.dumps(config))
     socket_path = workdir / "guest.sock"
     process = subprocess.Popen(
         [
+            *prefix,
             sys.executable,
             "-I",
             str(pyz),
@@ -139,8 +142,9 @@ def start_guest(
 ) -> Iterator[Callable[[dict[str, Any]], RunningGuest]]:
     started: list[RunningGuest] = []
 
-    def start(config: dict[str, Any]) -> RunningGuest:
-        running = _start(guest_pyz, tmp_path_factory.mktemp("guest"), config)
+    def start(config: dict[str, Any], prefix: tuple[str, ...] = ()) -> RunningGuest:
+        """``prefix`` runs before the interpreter (e.g. ``capsh`` raising capabilities)."""
+        running = _start(guest_pyz, tmp_path_factory.mktemp("guest"), config, prefix)
         started.append(running)
         return running
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import signal
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -369,3 +371,27 @@ async def collect_spawn(
     guest: RunningGuest, cmd: str, args: list[str]
 ) -> tuple[bytes, bytes, Ended]:
     return await collect(await guest.client.spawn(cmd, args))
+
+
+def test_a_users_new_group_is_seen_by_the_next_command(
+    guest: RunningGuest, test_user: pwd.struct_passwd
+) -> None:
+    """The daemon remembers users between commands (``_users.lookup_user``) only while
+    ``/etc/passwd`` and ``/etc/group`` stay as they were."""
+    group = f"sgg{os.getpid()}"
+    subprocess.run(["groupdel", group], capture_output=True, check=False)
+
+    def groups() -> list[str]:
+        out, _, end = run(run_cmd(guest.client, "id -Gn", user=test_user.pw_name))
+        assert end.exit_code == 0
+        return out.decode().split()
+
+    assert group not in groups()
+    assert groups() == groups()  # remembered: the same answer
+    subprocess.run(["groupadd", group], check=True)
+    try:
+        subprocess.run(["usermod", "-aG", group, test_user.pw_name], check=True)
+        assert group in groups()
+    finally:
+        subprocess.run(["groupdel", group], capture_output=True, check=False)
+    assert group not in groups()
