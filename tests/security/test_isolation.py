@@ -47,10 +47,12 @@ def test_ESC_02_inside_posture_of_user_commands(
 def test_ESC_02_commands_spawned_without_a_fork_keep_the_posture(
     runtime_view: RuntimeView, runtime_server: RunningServer, runtime_sandbox: dict[str, Any]
 ) -> None:
-    """Once the guest starts commands with ``posix_spawn`` under the user's ids (after it
-    cleared its ambient capabilities, ``guest._spawn``), a user's command still has the
-    user's ids and no capability, and the guest keeps its own ids, capabilities and score."""
+    """Once the guest starts commands with ``posix_spawn`` under the user's ids (once it
+    cleared its ambient capabilities, after the first command: ``guest._spawn``), a user's
+    command still has the user's ids and no capability, and the guest keeps its own ids,
+    capabilities and OOM score."""
     guest = runtime_view.init_pid(runtime_sandbox["sandboxID"])
+    assert _run(runtime_server, runtime_sandbox, "true").exit_code == 0  # the first: forked
     wait_for(
         lambda: int(proc_status(guest)["CapAmb"], 16) == 0,
         30,

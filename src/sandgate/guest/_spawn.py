@@ -18,7 +18,7 @@ neither its real nor its effective uid is 0). Bubblewrap raises the ambient capa
 the guest (a forked child loses them with ``setuid``, as all its uids become non-zero; a
 spawned one would keep them through ``execve``), so this path is used only once the daemon's
 ambient set is empty: clearing it needs ``prctl`` through ``ctypes``, which is imported
-shortly after start rather than on the way to the first command (``clear_ambient``). The
+shortly after a sandbox's first command rather than on its way (``clear_ambient``). The
 ``chdir`` and the check that the directory is inside the sandbox (ESC-13) run under the
 user's ids, as in the forked child, so the kernel decides what the user may enter.
 While the user's ids are held, the daemon is not dumpable (the kernel clears the flag on every
@@ -51,9 +51,10 @@ else:
 
 __all__ = ["AMBIENT_CLEAR_DELAY_S", "DirectSpawner"]
 
-#: After start, when the daemon clears its ambient capabilities (importing ``ctypes``, ~2.5 ms
-#: and ~0.3 MiB): late enough that a sandbox's first command does not wait for it.
-AMBIENT_CLEAR_DELAY_S = 1.0
+#: After a sandbox's first command (forked), when the daemon clears its ambient capabilities
+#: (importing ``ctypes``: ~2.5 ms and ~0.3 MiB, which a sandbox that runs no command never
+#: pays): late enough that the first command does not wait for it.
+AMBIENT_CLEAR_DELAY_S = 0.2
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 #: Signals the daemon ignores that a command must start with at their default.

@@ -59,7 +59,6 @@ from ._loop import (
     wait_for,
 )
 from ._process import Process, ProcessTable, SpawnSpec, decode_input
-from ._spawn import AMBIENT_CLEAR_DELAY_S
 from ._splice import splice
 from ._sudo import SudoServer
 from ._users import User, lookup_user
@@ -130,8 +129,6 @@ class Daemon:
                 self.loop.add_signal_handler(sig, self.stopping.set)
         self.reap()
         self.sudo.start()
-        if self.processes.direct.needs_clear:
-            self.loop.call_later(AMBIENT_CLEAR_DELAY_S, self.processes.direct.clear_ambient)
         relay = None
         if self.config.egress_proxy_port:
             from ._egress import start_relay  # only sandboxes with an egress proxy relay

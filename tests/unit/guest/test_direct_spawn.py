@@ -21,7 +21,7 @@ import pytest
 from sandgate.guest.client import GuestError
 
 from .conftest import RunningGuest
-from .helpers import collect, run
+from .helpers import collect, run, run_cmd
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -75,6 +75,8 @@ def _seen_by(guest: RunningGuest, user: str, cwd: str, pty: bool) -> tuple[dict[
 def ready_guest(start_guest: StartGuest) -> RunningGuest:
     guest = start_guest({"default_user": "root"}, prefix=_AMBIENT)
     assert int(_daemon(guest.pid)[0]["CapAmb"], 16) != 0  # what the daemon must clear
+    _, _, end = run(run_cmd(guest.client, "true"))  # forked; the daemon clears after it
+    assert end.exit_code == 0
     guest.wait_event("direct_spawn_ready")
     return guest
 
