@@ -202,7 +202,12 @@ def test_host_paths_setuid_and_devices_made_inside_are_inert_on_the_host(
 # -- class 7: the guest as a hostage ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("signal_name", ["KILL", "STOP", "TERM"])
+#: Every other signal (1-31 but KILL and STOP), sent to the guest alone: the attacking shell
+#: must survive the ones it would die of to send the next (SIGINT once stopped the guest).
+_EVERY_SIGNAL = "for s in $(seq 1 31); do [ $s = 9 ] || [ $s = 19 ] || kill -$s 1; done"
+
+
+@pytest.mark.parametrize("signal_name", ["KILL", "STOP", "TERM", "every other"])
 def test_hostage_signal_everything_then_a_command_runs(
     runtime_server: RunningServer, runtime_sandbox: dict[str, Any], signal_name: str
 ) -> None:
@@ -211,7 +216,9 @@ def test_hostage_signal_everything_then_a_command_runs(
     _sh(
         runtime_server,
         runtime_sandbox,
-        f"kill -{signal_name} 1; sudo kill -{signal_name} -1; exit 0",
+        _EVERY_SIGNAL
+        if signal_name == "every other"
+        else f"kill -{signal_name} 1; sudo kill -{signal_name} -1; exit 0",
         user="root",
         timeout_ms=2_000,
     )

@@ -21,9 +21,13 @@ ambient set is empty: clearing it needs ``prctl`` through ``ctypes``, which is i
 shortly after a sandbox's first command rather than on its way (``clear_ambient``). The
 ``chdir`` and the check that the directory is inside the sandbox (ESC-13) run under the
 user's ids, as in the forked child, so the kernel decides what the user may enter.
-While the user's ids are held, the daemon is not dumpable (the kernel clears the flag on every
-change of effective ids; ``daemon._harden_self``), so nothing inside can trace it, and as PID 1
-it takes no signal it has no handler for.
+While the user's ids are held (~0.3 ms a command), the daemon is not dumpable (the kernel
+clears the flag on every change of effective ids; ``daemon._harden_self``), so nothing inside
+can trace it or read its memory; its saved uid stays 0, so none of the user's processes may
+set its limits. Its real uid is the user's, so in that moment the user's processes may do to it
+what a user may do to its own processes' scheduling (lower its priority, pin its CPUs), which
+slows only this sandbox, and send it signals, of which PID 1 takes only those it handles: only
+SIGCHLD, which makes it reap (sandbox root, the default ``sudo``, could do all of this anyway).
 
 One difference remains, glibc's: its spawn leaves its two internal signals (32 and 33, which
 it reserves below ``SIGRTMIN``) ignored in the child, where a forked child has them at their

@@ -123,10 +123,14 @@ class Daemon:
         listener.setblocking(False)
         self.loop.add_signal_handler(_signal.SIGCHLD, self.reap)
         if os.getpid() != 1:
-            # SECURITY: as the sandbox's PID 1 the daemon installs no handler a process inside
-            # could trigger to stop it; the runtime kills it with SIGKILL from outside.
             for sig in (_signal.SIGTERM, _signal.SIGINT):
                 self.loop.add_signal_handler(sig, self.stopping.set)
+        else:
+            # SECURITY: as the sandbox's PID 1 the daemon keeps no handler a process inside
+            # could trigger to stop it (the kernel drops, for a namespace's init, every signal
+            # from inside that it has no handler for); the runtime kills it with SIGKILL from
+            # outside. Python's own SIGINT handler (KeyboardInterrupt) is one such.
+            _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
         self.reap()
         self.sudo.start()
         relay = None
