@@ -37,7 +37,7 @@ from ._loop import (
     wait_first,
     wait_for,
 )
-from ._spawn import AMBIENT_CLEAR_DELAY_S, DirectSpawner
+from ._spawn import DirectSpawner
 from ._users import User, resolve_path
 from .protocol import OUTPUT_CHUNK, PTY_CHUNK, Kind, encode_frame, encode_json
 
@@ -226,9 +226,8 @@ class ProcessTable:
         self._exited: OrderedDict[int, Process] = OrderedDict()
         #: What the sandbox's logs say about these processes (collected by the gateway).
         self.journal = journal if journal is not None else Journal()
-        #: Starts non-PTY processes without forking the daemon, once it is ready.
+        #: Starts non-PTY processes without forking the daemon (``_spawn``).
         self.direct = DirectSpawner(PROCESS_OOM_SCORE_ADJ)
-        self._clear_scheduled = False
 
     def reconfigure(self, config: GuestConfig) -> None:
         """Applies new sandbox-level settings to processes started from now on."""
@@ -310,10 +309,6 @@ class ProcessTable:
             pid = None
             if spec.pty is None and self.direct.ready:
                 pid = self.direct.spawn(argv, env, cwd, user, stdio)
-            elif spec.pty is None and self.direct.needs_clear and not self._clear_scheduled:
-                # The first command forks; the ones after it need not (``_spawn``).
-                self._clear_scheduled = True
-                self._loop.call_later(AMBIENT_CLEAR_DELAY_S, self.direct.clear_ambient)
             if pid is None:
                 pid = self._fork(argv, env, cwd, user, stdio, spec.pty is not None, child_fds)
             for fd in child_fds:  # the child has its copies (_fork closed them already)

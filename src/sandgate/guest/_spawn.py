@@ -16,9 +16,9 @@ ids to the effective ones: after it, the process has exactly what a forked child
 ``setgroups``/``setgid``/``setuid`` has (uid, gid and groups of the user; no capabilities, as
 neither its real nor its effective uid is 0). Bubblewrap raises the ambient capabilities of
 the guest (a forked child loses them with ``setuid``, as all its uids become non-zero; a
-spawned one would keep them through ``execve``), so this path is used only once the daemon's
-ambient set is empty: clearing it needs ``prctl`` through ``ctypes``, which is imported
-shortly after a sandbox's first command rather than on its way (``clear_ambient``). The
+spawned one would keep them through ``execve``), so the daemon empties its ambient set when it
+starts (``prctl`` through the ``_ctypes`` C module alone, ~0.6 ms: the ``ctypes`` package
+would cost every sandbox ~2.5 ms and ~0.3 MiB), and this path is used only if that worked. The
 ``chdir`` and the check that the directory is inside the sandbox (ESC-13) run under the
 user's ids, as in the forked child, so the kernel decides what the user may enter.
 While the user's ids are held (~0.3 ms a command), the daemon is not dumpable (the kernel
@@ -53,12 +53,8 @@ if TYPE_CHECKING:
 else:
     import _signal  # ``signal`` without its enums (see ``_lean``)
 
-__all__ = ["AMBIENT_CLEAR_DELAY_S", "DirectSpawner"]
+__all__ = ["DirectSpawner"]
 
-#: After a sandbox's first command (forked), when the daemon clears its ambient capabilities
-#: (importing ``ctypes``: ~2.5 ms and ~0.3 MiB, which a sandbox that runs no command never
-#: pays): late enough that the first command does not wait for it.
-AMBIENT_CLEAR_DELAY_S = 0.2
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 #: Signals the daemon ignores that a command must start with at their default.
@@ -66,16 +62,13 @@ _DEFAULT_SIGNALS = (_signal.SIGPIPE, _signal.SIGXFSZ)
 
 
 class DirectSpawner:
-    """``ready`` once commands may be started with :meth:`spawn`; until then (or for good,
-    when the daemon is not the sandbox's root or the platform lacks what it needs) the
-    caller forks its own child."""
+    """``ready`` when commands may be started with :meth:`spawn`; when not (the daemon is
+    not the sandbox's root, or the platform lacks a part), the caller forks its own child."""
 
-    __slots__ = ("_adj_fd", "_cwd", "_groups", "_own_adj", "_process_adj", "needs_clear", "ready")
+    __slots__ = ("_adj_fd", "_cwd", "_groups", "_own_adj", "_process_adj", "ready")
 
     def __init__(self, process_oom_score_adj: bytes) -> None:
         self.ready = False
-        #: The ambient capabilities must be cleared (``clear_ambient``) before ``ready``.
-        self.needs_clear = False
         self._process_adj = process_oom_score_adj
         self._adj_fd = -1
         self._own_adj = b""
@@ -90,35 +83,14 @@ class DirectSpawner:
             self._own_adj = os.pread(self._adj_fd, 16, 0).strip()
             self._groups = os.getgroups()
             self._cwd = os.getcwd()
-            ambient = _ambient_capabilities()
-        except (OSError, ValueError) as exc:
-            log("direct_spawn_unavailable", error=str(exc))
-            self._close()
-            return
-        self.needs_clear = ambient != 0
-        self.ready = not self.needs_clear
-
-    def clear_ambient(self) -> None:
-        """Empties the daemon's ambient capability set, then lets :meth:`spawn` be used. The
-        daemon needs none: a process it starts as root gets the bounding set at ``execve``
-        anyway, and one started as a user must get none."""
-        if not self.needs_clear:
-            return
-        self.needs_clear = False
-        try:
-            import ctypes  # only now: ~2.5 ms and ~0.3 MiB no sandbox's start should pay
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
-                raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
             if _ambient_capabilities() != 0:
-                raise OSError("the ambient capabilities are still set")
-        except (ImportError, OSError, AttributeError, ValueError) as exc:
+                _clear_ambient_capabilities()
+                log("ambient_capabilities_cleared")
+        except (ImportError, AttributeError, OSError, TypeError, ValueError) as exc:
             log("direct_spawn_unavailable", error=str(exc))
             self._close()
             return
         self.ready = True
-        log("direct_spawn_ready")
 
     def spawn(
         self,
@@ -210,6 +182,20 @@ def _failure(code: str, name: str, cwd: str, exc: BaseException) -> OpError:
     if isinstance(exc, OSError) and exc.strerror:
         return OpError(code, f"cannot start {name!r}: {exc.strerror}")
     return OpError(code, f"cannot start {name!r}: {exc}")
+
+
+def _clear_ambient_capabilities() -> None:
+    """``prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)``, called through ``_ctypes``'s own
+    ``call_function`` (in every CPython since 2.5); raises if the set is not empty after it.
+    The daemon needs no ambient capability: a process it starts as root gets the bounding set
+    at ``execve`` anyway, and one started as a user must get none."""
+    import _ctypes  # the C module only: not the ``ctypes`` package's classes
+
+    # None: the process's own symbols, libc's among them (what ``ctypes.CDLL(None)`` opens).
+    address = _ctypes.dlsym(_ctypes.dlopen(None), "prctl")  # type: ignore[arg-type]
+    _ctypes.call_function(address, (_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0))
+    if _ambient_capabilities() != 0:
+        raise OSError("the ambient capabilities are still set after prctl")
 
 
 def _ambient_capabilities() -> int:
