@@ -17,8 +17,9 @@ ids to the effective ones: after it, the process has exactly what a forked child
 neither its real nor its effective uid is 0). Bubblewrap raises the ambient capabilities of
 the guest (a forked child loses them with ``setuid``, as all its uids become non-zero; a
 spawned one would keep them through ``execve``), so the daemon empties its ambient set when it
-starts (``prctl`` through the ``_ctypes`` C module alone, ~0.6 ms: the ``ctypes`` package
-would cost every sandbox ~2.5 ms and ~0.3 MiB), and this path is used only if that worked. The
+starts (``prctl`` through the ``_ctypes`` C module alone, ~0.6 ms and ~0.3 MiB with its
+``libffi``: the ``ctypes`` package would cost every sandbox ~2.5 ms), and this path is used
+only if that worked. The
 ``chdir`` and the check that the directory is inside the sandbox (ESC-13) run under the
 user's ids, as in the forked child, so the kernel decides what the user may enter.
 While the user's ids are held (~0.3 ms a command), the daemon is not dumpable (the kernel
