@@ -37,8 +37,8 @@ from ._loop import (
     wait_first,
     wait_for,
 )
-from ._spawn import DirectSpawner
-from ._users import User, resolve_path
+from ._spawn import DirectSpawner, start_failure
+from ._users import User, enter_cwd, is_proc, resolve_path
 from .protocol import OUTPUT_CHUNK, PTY_CHUNK, Kind, encode_frame, encode_json
 
 TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
@@ -577,14 +577,10 @@ def decode_input(request: dict[str, Any]) -> bytes:
         raise OpError("invalid_argument", "data is not valid base64") from None
 
 
-def _is_proc(path: str) -> bool:
-    return path == "/proc" or path.startswith("/proc/")
-
-
 def _check_cwd(cwd: str) -> None:
     # SECURITY (ESC-13): a cwd under /proc can name a directory outside the sandbox's root
     # (CVE-2024-21626: /proc/self/fd/N of a leaked fd); refuse it before and after symlinks.
-    if _is_proc(cwd) or _is_proc(os.path.realpath(cwd)):
+    if is_proc(cwd) or is_proc(os.path.realpath(cwd)):
         raise OpError("invalid_argument", f"invalid_cwd: {cwd} is under /proc")
     try:
         st = os.stat(cwd)
@@ -632,19 +628,11 @@ def _exec_child(
         os.setgid(user.gid)
         os.setuid(user.uid)
         code = "invalid_argument"
-        os.chdir(cwd)
-        real = os.getcwd()
-        if not real.startswith("/") or _is_proc(real):
-            raise OSError(f"invalid_cwd: {cwd} resolves outside the sandbox")
-        code = "invalid_argument"
+        enter_cwd(cwd)
         os.execvpe(argv[0], argv, env)  # noqa: S606 - argv is the caller's command by design
     except BaseException as exc:
-        if isinstance(exc, PermissionError) and code == "invalid_argument":
-            message = f"{code}:cannot start {argv[0]!r} in {cwd}: {exc.strerror}"
-        elif isinstance(exc, OSError) and exc.strerror:
-            message = f"{code}:cannot start {argv[0]!r}: {exc.strerror}"
-        else:
-            message = f"{code}:cannot start {argv[0]!r}: {exc}"
+        failure = start_failure(code, argv[0], cwd, exc)
+        message = f"{failure.code}:{failure.message}"
         with suppress(OSError):
             os.write(report_fd, message.encode("utf-8", "replace"))
     finally:

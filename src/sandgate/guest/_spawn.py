@@ -46,7 +46,7 @@ import os
 
 from ._errors import OpError
 from ._log import log
-from ._users import User
+from ._users import User, enter_cwd
 
 TYPE_CHECKING = False  # not typing's: the guest's start never imports typing (see _loop)
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 else:
     import _signal  # ``signal`` without its enums (see ``_lean``)
 
-__all__ = ["DirectSpawner"]
+__all__ = ["DirectSpawner", "start_failure"]
 
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -115,17 +115,14 @@ class DirectSpawner:
                 os.setresgid(user.gid, user.gid, 0)
                 os.setresuid(user.uid, user.uid, 0)
                 code = "invalid_argument"
-                os.chdir(cwd)
-                real = os.getcwd()
-                if not real.startswith("/") or real == "/proc" or real.startswith("/proc/"):
-                    raise OSError(f"invalid_cwd: {cwd} resolves outside the sandbox")
+                enter_cwd(cwd)
                 return _spawn_on_path(argv, env, actions)
             except NotImplementedError as exc:  # no POSIX_SPAWN_SETSID (glibc < 2.26)
                 log("direct_spawn_unavailable", error=str(exc))
                 self.ready = False
                 return None
             except (OSError, ValueError) as exc:
-                raise _failure(code, argv[0], cwd, exc) from None
+                raise start_failure(code, argv[0], cwd, exc) from None
             finally:
                 self._restore_ids()
         finally:
@@ -176,8 +173,9 @@ def _spawn_on_path(
     raise first_error or last_error
 
 
-def _failure(code: str, name: str, cwd: str, exc: BaseException) -> OpError:
-    """The forked child's report (``_process._exec_child``), word for word."""
+def start_failure(code: str, name: str, cwd: str, exc: BaseException) -> OpError:
+    """How a command that could not start is reported, whichever way it was started (the
+    forked child, ``_process._exec_child``, sends the same as ``code:message``)."""
     if isinstance(exc, PermissionError) and code == "invalid_argument":
         return OpError(code, f"cannot start {name!r} in {cwd}: {exc.strerror}")
     if isinstance(exc, OSError) and exc.strerror:

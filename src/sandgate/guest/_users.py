@@ -7,7 +7,7 @@ import pwd
 
 from ._errors import OpError
 
-__all__ = ["MAX_PATH", "User", "lookup_user", "resolve_path"]
+__all__ = ["MAX_PATH", "User", "enter_cwd", "is_proc", "lookup_user", "resolve_path"]
 
 #: Longest path (in bytes, after encoding) the guest accepts.
 MAX_PATH = 4096
@@ -112,3 +112,17 @@ def resolve_path(path: str, user: User, default_workdir: str | None) -> str:
         path = os.path.join(user.home, path)
     normal = os.path.normpath(path)
     return "/" + normal.lstrip("/") if normal.startswith("//") else normal
+
+
+def is_proc(path: str) -> bool:
+    return path == "/proc" or path.startswith("/proc/")
+
+
+def enter_cwd(cwd: str) -> None:
+    """``chdir`` to ``cwd`` as whoever the caller is now (the user, when starting a command:
+    the kernel decides what they may enter), then the second half of ESC-13: the directory
+    entered must be inside the sandbox's root and not under /proc. Raises ``OSError``."""
+    os.chdir(cwd)
+    real = os.getcwd()
+    if not real.startswith("/") or is_proc(real):
+        raise OSError(f"invalid_cwd: {cwd} resolves outside the sandbox")
