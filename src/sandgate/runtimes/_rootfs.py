@@ -52,11 +52,23 @@ def by_name_dir(cache: Path, image_ref: str) -> Path:
     return cache / "by-name" / image_ref.replace("/", "_").replace(":", "_")
 
 
-def resolve_rootfs(image_ref: str, cache: Path, docker_base_url: str = "") -> Rootfs:
-    """The directory tree of ``image_ref``, exporting it first if needed (slow, once)."""
+def resolve_rootfs(
+    image_ref: str, cache: Path, docker_base_url: str = "", image_id: str = ""
+) -> Rootfs:
+    """The directory tree of ``image_ref``, exporting it first if needed (slow, once).
+
+    ``image_id`` is the image's content id when the caller has it on record (a template's
+    build): a tree already exported for that id is used without asking the engine, which
+    saves every cold create a round trip to Docker (~2 ms). An id names one content for
+    ever, so nothing can go stale; a template rebuilt records its new id."""
     manual = by_name_dir(cache, image_ref)
     if manual.is_dir():
         return Rootfs(manual, *_read_meta(manual.with_name(manual.name + ".json")))
+    known = image_id.removeprefix("sha256:")
+    if known and "/" not in known and known not in (".", ".."):
+        meta = cache / f"{known}.json"
+        if meta.is_file() and (cache / known).is_dir():
+            return Rootfs(cache / known, *_read_meta(meta))
     import docker.errors  # only here: a process that never exports does not load the SDK
 
     try:

@@ -123,6 +123,9 @@ class SandboxSpec:
     #: empty: a snapshot restored or a sandbox paused to disk coming back. Processes are not
     #: in it; the sandbox boots fresh over these files.
     layer: Path | None = None
+    #: ``image_ref``'s content id when it is on record (a template's build), else empty:
+    #: lets a runtime find the image's exported tree without asking the engine.
+    image_id: str = ""
 
 
 @dataclass(frozen=True)

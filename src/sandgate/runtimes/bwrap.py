@@ -20,7 +20,9 @@ as root) is trusted. What this module enforces, as defaults no config can weaken
 * **no_new_privs** and a **seccomp** filter from ``profiles/bwrap-seccomp.json`` (libseccomp),
   installed by bubblewrap; foreign-arch/x32 calls kill.
 * **Cgroup** per sandbox (v1 or v2): memory = memory+swap (processes plus the disk), pids, CPU;
-  the freezer for pause; kill = every process of the cgroup (RES-10). rlimits: nofile, core=0.
+  the freezer for pause; kill = every process of the cgroup (RES-10). Bubblewrap's processes
+  are born in it (v1: the launcher joins first) or moved in (v2), always before it goes on.
+  rlimits: nofile, core=0.
 * **File system** (``_stage``): a writable root that is the sandbox's own copy-on-write layer
   of ``limits.disk_mib`` over the template (idmapped, read-only); ``nosuid``/``nodev``
   everywhere; a devpts instance of its own; the sandbox's host directory read-only at
@@ -196,7 +198,9 @@ class BwrapRuntime:
 
     def _create(self, spec: SandboxSpec) -> str:
         self._ensure_host()
-        rootfs = resolve_rootfs(spec.image_ref, self._rootfs_dir, self._docker_base_url)
+        rootfs = resolve_rootfs(
+            spec.image_ref, self._rootfs_dir, self._docker_base_url, spec.image_id
+        )
         state_dir = self._state_root / spec.sandbox_id
         self._state_root.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
@@ -276,27 +280,9 @@ class BwrapRuntime:
             # it, invisible inside (the guest is PID 1 and not dumpable).
             log_fd = os.open(stage.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             fds.append(log_fd)
-            # rlimits are set by the launched process on itself (lowering needs no privilege)
-            # and inherited by everything in the sandbox.
-            limits = [
-                shutil.which("prlimit") or "prlimit",
-                f"--nofile={spec.nofile}:{spec.nofile}",
-                "--core=0:0",
-                "--",
-            ]
-            # SECURITY: ``setpriv`` drops to the range's first uid/gid with no supplementary
-            # groups (real, effective and saved ids; root's capabilities go with uid 0) before
-            # anything else runs; doing it in the child instead lets Popen use vfork, not a fork
-            # of the gateway.
-            drop = [
-                shutil.which("setpriv") or "setpriv",
-                f"--reuid={base}",
-                f"--regid={base}",
-                "--clear-groups",
-                "--",
-            ]
+            join_files = cgroup.join_files()
             launcher = subprocess.Popen(
-                [*drop, shutil.which("setsid") or "setsid", "--fork", *limits, *argv],
+                _launcher_argv(spec.nofile, base, join_files, argv),
                 pass_fds=(info_w, block_r, seccomp_fd, listen_fd),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -304,21 +290,27 @@ class BwrapRuntime:
                 cwd="/",
                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
             )
-            # The first cgroup move after a quiet spell waits out an RCU grace period (10-25 ms
-            # on this cgroup v1 VM); moving the launcher now pays it while bubblewrap starts,
-            # and the moves of bubblewrap's processes below come cheap. The launcher may already
-            # be gone or have forked: those moves below are the ones that count.
-            with contextlib.suppress(OSError):
-                cgroup.add(launcher.pid)
-            launcher.wait()
+            if not join_files:
+                # v2: the first move after a quiet spell waits out an RCU grace period;
+                # moving the launcher now pays it while bubblewrap starts, and the moves of
+                # bubblewrap's processes below come cheap. The launcher may already be gone
+                # or have forked: those moves below are the ones that count.
+                with contextlib.suppress(OSError):
+                    cgroup.add(launcher.pid)
+            status = launcher.wait()
             for fd in (info_w, block_r, listen_fd):
                 os.close(fd)
                 fds.remove(fd)
             try:
+                if status != 0:
+                    raise RuntimeUnavailable(
+                        f"bwrap runtime: the launcher failed (exit {status}): "
+                        f"{_tail(stage.log, 800).strip()}"
+                    )
                 child = _read_child_pid(info_r, stage.log)
             except BaseException:
-                # bubblewrap runs in a session of its own, not yet in the cgroup and unknown
-                # to the state record, and waits on block_r for ever: nothing else kills it.
+                # bubblewrap runs in a session of its own, unknown to the state record, and
+                # waits on block_r for ever: nothing else kills it.
                 _kill_launched(stage)
                 raise
             monitor = _parent_pid(child)
@@ -334,9 +326,17 @@ class BwrapRuntime:
             mapping = f"0 {base} {UIDS_PER_SANDBOX}\n"
             Path(f"/proc/{child}/uid_map").write_text(mapping)
             Path(f"/proc/{child}/gid_map").write_text(mapping)
-            with _NestedUsernsLock(child):  # the helper runs while the processes are moved
-                for pid in (monitor, child):
-                    cgroup.add(pid)
+            with _NestedUsernsLock(child):  # the helper runs while the cgroup is checked
+                if join_files:
+                    # Born inside (the launcher joined before it forked): checked, not moved.
+                    if not (cgroup.holds(monitor) and cgroup.holds(child)):
+                        raise RuntimeUnavailable(
+                            f"cgroups: bubblewrap's processes of {spec.sandbox_id} are not in "
+                            "the sandbox's cgroup; refusing to start it without its limits"
+                        )
+                else:
+                    for pid in (monitor, child):
+                        cgroup.add(pid)
             for pid in (monitor, child):
                 Path(f"/proc/{pid}/oom_score_adj").write_text(str(GUEST_OOM_SCORE_ADJ))
             state["started"] = True
@@ -475,6 +475,35 @@ class BwrapRuntime:
 
 def _ref(spec: SandboxSpec) -> str:
     return f"bwrap-{spec.sandbox_id}"
+
+
+def _launcher_argv(nofile: int, base: int, join_files: list[Path], argv: list[str]) -> list[str]:
+    """What starts bubblewrap, one program replacing the next:
+
+    * ``sh``, as root: lowers the rlimits (nofile, core=0; lowering needs no privilege,
+      and everything in the sandbox inherits them) and, on cgroup v1, writes ``0`` to the
+      sandbox's ``tasks`` files so that it, and all it starts, is inside the sandbox's
+      cgroup before bubblewrap exists (see ``SandboxCgroup.join_files``). Any failure
+      ends it before anything else runs.
+    * SECURITY: ``setpriv`` drops to the range's first uid/gid with no supplementary
+      groups (real, effective and saved ids; root's capabilities go with uid 0). Doing
+      these steps in Popen's child instead would make it fork the gateway, not vfork.
+    * ``setsid --fork``: bubblewrap in a session of its own, not the gateway's child (it
+      must outlive a gateway restart); the launcher returns at once.
+    """
+    script = (
+        'ulimit -n "$1" && ulimit -c 0 || exit 1; shift; '
+        'while [ "$1" != -- ]; do echo 0 > "$1" || exit 1; shift; done; shift; '
+        'exec "$@"'
+    )
+    return [
+        "/bin/sh", "-c", script, "sandgate-launch", str(nofile),
+        *(str(path) for path in join_files), "--",
+        shutil.which("setpriv") or "setpriv",
+        f"--reuid={base}", f"--regid={base}", "--clear-groups", "--",
+        shutil.which("setsid") or "setsid", "--fork",
+        *argv,
+    ]  # fmt: skip
 
 
 def _memfd(name: str, data: bytes) -> int:

@@ -166,7 +166,7 @@ class DockerRuntime:
             self._creating.discard(sandbox_id)
 
     def _prepare(self, spec: SandboxSpec, state_dir: Path) -> Path:
-        rootfs = resolve_rootfs(spec.image_ref, self._rootfs_dir, self._base_url)
+        rootfs = resolve_rootfs(spec.image_ref, self._rootfs_dir, self._base_url, spec.image_id)
         self._state_root.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
             state_dir.mkdir(mode=0o700)

@@ -398,9 +398,18 @@ class SandboxService:
         return started
 
     async def _attach(self, row: Sandbox, host_dir: Path) -> dict[str, str]:
+        """Every hook at once (each waits on its own socket and audit record, and a create
+        waits for the slowest, not the sum); their variables merge in hook order. Returns or
+        raises only once every hook has finished, so a failed create's detach never races
+        an attach still under way."""
+        results = await asyncio.gather(
+            *(hook.attach(row, host_dir) for hook in self._hooks), return_exceptions=True
+        )
         extra_envs: dict[str, str] = {}
-        for hook in self._hooks:
-            extra_envs.update(await hook.attach(row, host_dir))
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+            extra_envs.update(result)
         return extra_envs
 
     async def _boot(
@@ -423,9 +432,11 @@ class SandboxService:
         await asyncio.to_thread(
             self._prepare_host_dir, host_dir, {**(template.envs or {}), **envs}, template
         )
+        own_image = image_ref is None or image_ref == template.image_ref
         spec = SandboxSpec(
             sandbox_id=sandbox_id,
             image_ref=image_ref or template.image_ref,
+            image_id=template.image_id if own_image else "",
             host_dir=host_dir,
             cpu_count=cpu,
             memory_mb=memory,

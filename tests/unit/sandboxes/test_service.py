@@ -6,6 +6,7 @@ tests/integration; here only what the service decides and records is."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import tempfile
@@ -20,10 +21,11 @@ import pytest
 
 from sandgate.access import Principal, create_api_key
 from sandgate.config import load_config
-from sandgate.errors import RuntimeUnavailable, SandboxNotFound
+from sandgate.errors import InvalidRequest, RuntimeUnavailable, SandboxNotFound
 from sandgate.runtimes import RuntimeState
 from sandgate.sandboxes import CreateRequest, SandboxService, SandboxState
 from sandgate.sandboxes.catalog import register
+from sandgate.sandboxes.hooks import SandboxHook
 from sandgate.store import Store
 from sandgate.store.models import Sandbox
 from sandgate.templates import BuiltTemplate
@@ -63,7 +65,11 @@ def home() -> Iterator[Path]:
 
 
 def _service(
-    home: Path, store: Store, runtime: FakeRuntime, observers: Sequence[Events] = ()
+    home: Path,
+    store: Store,
+    runtime: FakeRuntime,
+    observers: Sequence[Events] = (),
+    hooks: Sequence[SandboxHook] = (),
 ) -> SandboxService:
     config = load_config(home / "sandgate.yaml", environ={"SANDGATE_HOME": str(home)})
     return SandboxService(
@@ -73,6 +79,7 @@ def _service(
         instance_id="test",
         guest_zipapp=home / "guest.pyz",
         observers=observers,
+        hooks=hooks,
     )
 
 
@@ -140,6 +147,8 @@ def test_create_then_kill_keeps_store_runtime_and_routes_in_step(home: Path) -> 
         assert h.state(row.id) == SandboxState.RUNNING.value
         assert h.store.sandbox(row.id).runtime_ref == f"fake-{row.id}"  # type: ignore[union-attr]
         assert h.runtime.sandboxes[row.id].requests == ["ping"]  # booted, then asked if ready
+        # The template's recorded image id goes to the runtime (its tree without the engine).
+        assert h.runtime.sandboxes[row.id].spec.image_id == "sha256:x"
         assert h.service.route(row.id) is not None
         assert h.dirs == [row.id]
         await h.service.kill(h.principal, row.id)
@@ -438,5 +447,86 @@ def test_a_failed_runtime_kill_leaves_the_sandbox_as_it_was(home: Path) -> None:
         kept = h.store.sandbox(row.id)
         assert kept is not None
         assert (kept.state, kept.ended_at) == (SandboxState.RUNNING.value, None)
+
+    _run(home, body)
+
+
+class _Hook:
+    """A sandbox hook that logs what happens to it; ``partner`` is another hook whose attach
+    must have begun before this one's can end (so two such hooks end only if attached at
+    once); ``fail`` makes attach raise once the partner has begun; ``slow`` makes it take a
+    while more (a slow socket), so that a detach that does not wait for it comes first."""
+
+    def __init__(
+        self,
+        name: str,
+        log: list[str],
+        envs: dict[str, str],
+        *,
+        fail: bool = False,
+        slow: bool = False,
+    ) -> None:
+        self.name, self.log, self.envs, self.fail, self.slow = name, log, envs, fail, slow
+        self.began = asyncio.Event()
+        self.partner: _Hook | None = None
+
+    async def attach(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
+        self.log.append(f"{self.name}.attach")
+        self.began.set()
+        assert self.partner is not None
+        await asyncio.wait_for(self.partner.began.wait(), timeout=5)
+        if self.fail:
+            self.log.append(f"{self.name}.raised")
+            raise InvalidRequest(f"{self.name} refuses")
+        if self.slow:
+            await asyncio.sleep(0.2)
+        self.log.append(f"{self.name}.attached")
+        return dict(self.envs)
+
+    async def detach(self, sandbox_id: str) -> None:
+        self.log.append(f"{self.name}.detach")
+
+
+def _pair(log: list[str], *, second_fails: bool = False) -> list[_Hook]:
+    first = _Hook("a", log, {"SHARED": "a", "A": "1"}, slow=second_fails)
+    second = _Hook("b", log, {"SHARED": "b", "B": "2"}, fail=second_fails)
+    first.partner, second.partner = second, first
+    return [first, second]
+
+
+def test_hooks_attach_at_once_and_their_variables_merge_in_hook_order(home: Path) -> None:
+    log: list[str] = []
+
+    async def body(h: Harness) -> None:
+        service = _service(h.home, h.store, h.runtime, hooks=_pair(log))
+        try:
+            row = await service.create(h.principal, _request())
+            assert row.state == SandboxState.RUNNING.value
+            assert log[:2] == ["a.attach", "b.attach"]  # each began before either ended
+            guest = h.runtime.sandboxes[row.id].spec.host_dir / "guest.json"
+            envs = json.loads(guest.read_text())["envs"]
+            assert (envs["A"], envs["B"], envs["SHARED"]) == ("1", "2", "b")  # the later hook's
+        finally:
+            await service.stop()
+
+    _run(home, body)
+
+
+def test_a_hook_that_fails_ends_the_create_after_every_attach_has_ended(home: Path) -> None:
+    log: list[str] = []
+
+    async def body(h: Harness) -> None:
+        service = _service(h.home, h.store, h.runtime, hooks=_pair(log, second_fails=True))
+        try:
+            with pytest.raises(InvalidRequest, match="b refuses"):
+                await service.create(h.principal, _request())
+        finally:
+            await service.stop()
+        # The failure is raised only once the other hook has attached: its detach (the
+        # create's undoing) comes after, never while its attach is still under way.
+        assert log.index("b.raised") < log.index("a.attached") < log.index("a.detach")
+        assert "b.detach" in log
+        assert h.store.count_live() == 0
+        assert h.runtime.sandboxes == {}
 
     _run(home, body)

@@ -1,0 +1,117 @@
+"""What starts bubblewrap (``runtimes/bwrap._launcher_argv``), run for real on this host's
+cgroups with a plain command in bubblewrap's place.
+
+The launcher must, before the command runs: lower the rlimits, put itself into the sandbox's
+cgroup where the kernel lets a process do that without the global lock (v1), drop to the
+range's first uid with no groups, and leave the command in a session of its own, detached from
+the caller. Anything it cannot do must stop it before the command runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandgate.runtimes._cgroups import CgroupLimits, SandboxCgroup, detect
+from sandgate.runtimes._uids import UID_BASE
+from sandgate.runtimes.bwrap import _launcher_argv
+
+pytestmark = pytest.mark.bwrap
+
+#: Below every sandbox's range and the runtime's probe uid: no process of a sandbox has it.
+UID = UID_BASE - 3
+NOFILE = 333
+#: Prints what the command was started with: ids, groups, limits, session, its pid.
+PROBE = (
+    'echo "$(id -u) $(id -g) [$(id -G)] $(ulimit -Sn) $(ulimit -Hn) $(ulimit -c) '
+    '$(cut -d" " -f6 /proc/self/stat) $$"; exec >/dev/null; '
+)
+
+
+def _launch(join_files: list[Path], command: str) -> tuple[int, str]:
+    """Runs the launcher with ``sh -c command`` as the program it starts; returns its exit
+    status and what the command wrote to its standard output, which the launcher passes on
+    (empty if it never ran)."""
+    read_end, write_end = os.pipe()
+    try:
+        launcher = subprocess.Popen(
+            _launcher_argv(NOFILE, UID, join_files, ["/bin/sh", "-c", command]),
+            stdin=subprocess.DEVNULL,
+            stdout=write_end,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        )
+        os.close(write_end)
+        write_end = -1
+        status = launcher.wait(timeout=30)
+        chunks = []
+        while chunk := os.read(read_end, 4096):
+            chunks.append(chunk)
+        return status, b"".join(chunks).decode()
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+
+
+@pytest.fixture
+def cgroup() -> Iterator[SandboxCgroup]:
+    group = SandboxCgroup(detect(), f"test-launch-{os.getpid()}")
+    group.create(CgroupLimits(memory_bytes=256 * 1024 * 1024, pids=32, cpus=1))
+    yield group
+    group.kill_all()
+    group.remove()
+
+
+def test_the_launcher_joins_the_cgroup_lowers_limits_and_drops_ids_before_the_command(
+    cgroup: SandboxCgroup,
+) -> None:
+    join_files = cgroup.join_files()
+    if cgroup.host.version == 2:
+        # v2 moves whole processes only: the runtime moves the launcher from outside.
+        assert join_files == []
+        return
+    assert [path.name for path in join_files] == ["tasks"] * len(cgroup.paths)
+    status, out = _launch(join_files, PROBE + "sleep 300")
+    assert status == 0
+    uid, gid, groups, soft, hard, core, session, pid = out.split()
+    assert (uid, gid, groups) == (str(UID), str(UID), f"[{UID}]")
+    assert (soft, hard, core) == (str(NOFILE), str(NOFILE), "0")
+    # A session of its own (it leads it): not the caller's, no terminal of the caller's.
+    assert session == pid and int(session) != os.getsid(0)
+    # Born inside the sandbox's cgroup in every hierarchy: nobody moved it.
+    assert cgroup.holds(int(pid))
+    assert int(pid) in cgroup.pids()
+    assert not cgroup.holds(os.getpid())
+
+
+def test_a_launcher_that_cannot_join_the_cgroup_runs_nothing(
+    cgroup: SandboxCgroup, tmp_path: Path
+) -> None:
+    if cgroup.host.version == 2:
+        assert cgroup.join_files() == []
+        return
+    missing = tmp_path / "gone" / "tasks"
+    status, out = _launch([*cgroup.join_files(), missing], PROBE)
+    assert status != 0
+    assert out == ""
+
+
+def test_a_launcher_without_cgroup_files_still_lowers_limits_and_drops_ids() -> None:
+    """The v2 form (nothing to join: the runtime moves it from outside)."""
+    status, out = _launch([], PROBE)
+    assert status == 0
+    uid, gid, groups, soft, hard, core, *_ = out.split()
+    assert (uid, gid, groups, soft, hard, core) == (
+        str(UID),
+        str(UID),
+        f"[{UID}]",
+        str(NOFILE),
+        str(NOFILE),
+        "0",
+    )
