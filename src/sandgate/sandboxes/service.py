@@ -59,7 +59,6 @@ from sandgate.store import (
     Snapshot,
     Store,
     Template,
-    TemplateRecords,
 )
 
 __all__ = ["CreateRequest", "Route", "SandboxService"]
@@ -372,12 +371,9 @@ class SandboxService:
         except BaseException:
             await self._discard(row.id)
             raise
-        started = self._store.update_sandbox(
-            row.id, state=SandboxState.RUNNING.value, runtime_ref=ref
-        )
+        started = self._store.start_sandbox(row.id, ref, template.id, now)
         if started is None:
             raise _not_found(row.id)
-        TemplateRecords(self._store).count_spawn(template.id, now)
         self._routes[row.id] = self._route_of(row)
         snapshot_id = source.id if source is not None else None
         await self._record(

@@ -73,6 +73,11 @@ _EXPIRED = _KEPT.where(Sandbox.end_at <= bindparam("now"))
 _UPDATE_IF = update(Sandbox).where(
     Sandbox.id == bindparam("_sandbox_id"), Sandbox.state == bindparam("_expected")
 )
+_COUNT_SPAWN = (
+    update(Template)
+    .where(Template.id == bindparam("template_id"))
+    .values(spawn_count=Template.spawn_count + 1, last_spawned_at=bindparam("now"))
+)
 
 
 @dataclass(frozen=True)
@@ -235,6 +240,20 @@ class Store:
                 return None
             for name, value in values.items():
                 setattr(row, name, value)
+            return row
+
+    def start_sandbox(
+        self, sandbox_id: str, runtime_ref: str, template_id: str, now: datetime
+    ) -> Sandbox | None:
+        """Marks a booted sandbox running and counts the spawn on its template: a create's
+        last two writes, in one transaction (one commit, not two, on every cold create)."""
+        with self.session() as s:
+            row = s.get(Sandbox, sandbox_id)
+            if row is None:
+                return None
+            row.state = "running"
+            row.runtime_ref = runtime_ref
+            s.execute(_COUNT_SPAWN, {"template_id": template_id, "now": now})
             return row
 
     def update_sandbox_if(self, sandbox_id: str, expected: str, /, **values: Any) -> bool:

@@ -29,11 +29,6 @@ _SHIPPED = select(Template).where(
     Template.team_id.is_(None),
     or_(Template.id == bindparam("ref"), Template.name == bindparam("ref")),
 )
-_COUNT_SPAWN = (
-    update(Template)
-    .where(Template.id == bindparam("template_id"))
-    .values(spawn_count=Template.spawn_count + 1, last_spawned_at=bindparam("now"))
-)
 
 
 class TemplateRecords:
@@ -97,10 +92,6 @@ class TemplateRecords:
             s.execute(delete(TemplateBuild).where(TemplateBuild.template_id == template_id))
             s.execute(delete(TemplateTag).where(TemplateTag.template_id == template_id))
             s.execute(delete(Template).where(Template.id == template_id))
-
-    def count_spawn(self, template_id: str, now: datetime) -> None:
-        with self._store.session() as s:
-            s.execute(_COUNT_SPAWN, {"template_id": template_id, "now": now})
 
     # -- builds ---------------------------------------------------------------------------
 

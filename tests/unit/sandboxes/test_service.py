@@ -149,6 +149,10 @@ def test_create_then_kill_keeps_store_runtime_and_routes_in_step(home: Path) -> 
         assert h.runtime.sandboxes[row.id].requests == ["ping"]  # booted, then asked if ready
         # The template's recorded image id goes to the runtime (its tree without the engine).
         assert h.runtime.sandboxes[row.id].spec.image_id == "sha256:x"
+        # The spawn is counted on its template (E2B's spawnCount / lastSpawnedAt).
+        template = h.store.template_by_name_or_id("base")
+        assert template is not None and template.spawn_count == 1
+        assert template.last_spawned_at is not None
         assert h.service.route(row.id) is not None
         assert h.dirs == [row.id]
         await h.service.kill(h.principal, row.id)
