@@ -8,15 +8,12 @@ Services depend on this protocol only, never on Docker.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
-from sandgate.errors import RuntimeUnavailable
 from sandgate.runtimes._stage import Seed, inode_limit
 from sandgate.runtimes._stats import SandboxStats
 
@@ -35,8 +32,6 @@ __all__ = [
     "SandboxSpec",
     "SandboxStats",
     "VolumeMount",
-    "await_release",
-    "await_release_blocking",
     "guest_command",
     "inode_limit",
     "memory_limit_bytes",
@@ -131,11 +126,6 @@ class SandboxSpec:
     #: ``image_ref``'s content id when it is on record (a template's build), else empty:
     #: lets a runtime find the image's exported tree without asking the engine.
     image_id: str = ""
-    #: When set, the runtime makes everything ready up to the sandbox's first instruction,
-    #: then waits for this future before it lets the sandbox run: the caller writes the
-    #: sandbox's host files (its guest's config) meanwhile, instead of before the create.
-    #: An exception set on it fails the create with that exception, leaving nothing behind.
-    release: concurrent.futures.Future[None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -156,8 +146,8 @@ class Runtime(Protocol):
         ...
 
     async def create(self, spec: SandboxSpec) -> str:
-        """Creates and starts the sandbox (once ``spec.release`` is resolved, if set);
-        returns the runtime's reference to it. On failure nothing is left behind."""
+        """Creates and starts the sandbox; returns the runtime's reference to it. On failure
+        nothing is left behind."""
         ...
 
     async def kill(self, sandbox_id: str) -> None:
@@ -255,36 +245,3 @@ def sandbox_seeds() -> tuple[Seed, ...]:
         Seed("etc/hostname", b"sandbox\n"),
         Seed("usr/bin/sudo", SUDO_SHIM.encode(), 0o755),
     )
-
-
-#: How long a runtime waits for ``SandboxSpec.release``: the caller resolves it once its own
-#: part of the create (hooks, host files: milliseconds) is done or has failed.
-RELEASE_TIMEOUT_S = 120.0
-
-
-def await_release_blocking(spec: SandboxSpec) -> None:
-    """Waits (in a runtime's thread) until the caller lets ``spec``'s sandbox run; raises the
-    caller's exception, or ``RuntimeUnavailable`` when it never answers."""
-    if spec.release is None:
-        return
-    try:
-        spec.release.result(timeout=RELEASE_TIMEOUT_S)
-    except concurrent.futures.TimeoutError:
-        raise RuntimeUnavailable(
-            f"sandbox {spec.sandbox_id}: its host files were not ready within "
-            f"{RELEASE_TIMEOUT_S:.0f} s; nothing of it ran"
-        ) from None
-
-
-async def await_release(spec: SandboxSpec) -> None:
-    """``await_release_blocking`` for a runtime working on the event loop."""
-    if spec.release is None:
-        return
-    try:
-        async with asyncio.timeout(RELEASE_TIMEOUT_S):
-            await asyncio.wrap_future(spec.release)
-    except TimeoutError:
-        raise RuntimeUnavailable(
-            f"sandbox {spec.sandbox_id}: its host files were not ready within "
-            f"{RELEASE_TIMEOUT_S:.0f} s; nothing of it ran"
-        ) from None

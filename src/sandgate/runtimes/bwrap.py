@@ -94,7 +94,6 @@ from sandgate.runtimes.base import (
     RuntimeSandbox,
     RuntimeState,
     SandboxSpec,
-    await_release_blocking,
     guest_command,
     memory_limit_bytes,
 )
@@ -340,9 +339,6 @@ class BwrapRuntime:
                         cgroup.add(pid)
             for pid in (monitor, child):
                 Path(f"/proc/{pid}/oom_score_adj").write_text(str(GUEST_OOM_SCORE_ADJ))
-            # Everything is ready; nothing of the sandbox has run. The gateway writes the
-            # guest's files meanwhile and says when it may go on (or why it may not).
-            await_release_blocking(spec)
             state["started"] = True
             _write_state(state_dir, state)
             os.write(block_w, b"1")

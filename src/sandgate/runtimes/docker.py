@@ -68,7 +68,6 @@ from sandgate.runtimes.base import (
     RuntimeSandbox,
     RuntimeState,
     SandboxSpec,
-    await_release,
     guest_command,
     memory_limit_bytes,
 )
@@ -141,7 +140,6 @@ class DockerRuntime:
             stage = await off_loop(partial(self._prepare, spec, state_dir))
             kwargs = self._run_arguments(spec, stage)
             try:
-                await await_release(spec)  # the gateway's host files, written meanwhile
                 container = await self._call(lambda c: c.containers.run(**kwargs))
                 pid = await self.pid(spec.sandbox_id)
                 await off_loop(partial(self._check_identity, spec.sandbox_id, pid))

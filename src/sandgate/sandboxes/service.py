@@ -13,7 +13,6 @@ end, sweep or re-adopt a sandbox is ``reaper.Reaper``'s (the moves themselves st
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import hashlib
 import json
@@ -28,7 +27,6 @@ from typing import Any
 
 import structlog
 
-from sandgate._tasks import wait_quietly
 from sandgate.access import Principal, new_access_token, traffic_token
 from sandgate.config import Config
 from sandgate.errors import (
@@ -359,16 +357,16 @@ class SandboxService:
                 ref = warm.ref
             else:
                 make_host_dir(host_dir)
+                extra_envs = await self._attach(row, host_dir)
                 ref = await self._boot(
                     row.id,
                     template,
                     cpu,
                     memory,
-                    user_envs,
+                    {**extra_envs, **user_envs},
                     mounts,
                     image_ref=image_ref,
                     layer=layer,
-                    attach=lambda: self._attach(row, host_dir),
                 )
         except BaseException:
             await self._discard(row.id)
@@ -421,20 +419,16 @@ class SandboxService:
         *,
         image_ref: str | None = None,
         layer: Path | None = None,
-        attach: Callable[[], Awaitable[dict[str, str]]] | None = None,
     ) -> str:
         """Starts a sandbox's container in an existing host directory and waits until its
         guest (and the template's service) answers; returns the runtime reference. ``layer``
-        is a saved layer its disk starts as; ``image_ref`` the image it was saved over.
-
-        ``attach`` (the hooks, whose variables come between the template's and ``envs``)
-        runs while the runtime prepares the sandbox: the runtime makes everything ready up
-        to the sandbox's first instruction and waits (``SandboxSpec.release``) until the
-        guest's files are written here, so a cold create pays for the longer of the two, not
-        their sum. A failure on either side fails the whole, leaving nothing behind."""
+        is a saved layer its disk starts as; ``image_ref`` the image it was saved over."""
         host_dir = self._root / sandbox_id
+        # File copies and writes: off the event loop, which a burst of creates shares.
+        await asyncio.to_thread(
+            self._prepare_host_dir, host_dir, {**(template.envs or {}), **envs}, template
+        )
         own_image = image_ref is None or image_ref == template.image_ref
-        release: concurrent.futures.Future[None] = concurrent.futures.Future()
         spec = SandboxSpec(
             sandbox_id=sandbox_id,
             image_ref=image_ref or template.image_ref,
@@ -449,24 +443,8 @@ class SandboxService:
             seeds=sandbox_seeds(),
             volumes=volumes,
             layer=layer,
-            release=release,
         )
-        creating = asyncio.ensure_future(self._runtime.create(spec))
-        try:
-            extra = await attach() if attach is not None else {}
-            # File copies and writes: off the event loop, which a burst of creates shares.
-            await asyncio.to_thread(
-                self._prepare_host_dir,
-                host_dir,
-                {**(template.envs or {}), **extra, **envs},
-                template,
-            )
-        except BaseException as exc:
-            release.set_exception(exc)  # the runtime undoes what it made; nothing ran
-            await wait_quietly(creating)
-            raise
-        release.set_result(None)
-        ref = await creating
+        ref = await self._runtime.create(spec)
         await self._wait_ready(sandbox_id)
         await self._start_template_service(sandbox_id, template)
         return ref
@@ -634,16 +612,16 @@ class SandboxService:
             wanted = [{"name": m["name"], "path": m["path"]} for m in row.volume_mounts or []]
             mounts = await self._claim_volumes(row.team_id, wanted)
             make_host_dir(host_dir, exist_ok=True)
+            extra_envs = await self._attach(row, host_dir)
             ref = await self._boot(
                 row.id,
                 template,
                 row.cpu_count,
                 row.memory_mb,
-                self._snapshots.envs_in(layer),
+                {**extra_envs, **self._snapshots.envs_in(layer)},
                 mounts,
                 image_ref=layer.image_ref,
                 layer=self._snapshots.archive(layer),
-                attach=lambda: self._attach(row, host_dir),
             )
             now = self._store.sandbox(row.id)
             if now is None or now.state != SandboxState.RESUMING:
