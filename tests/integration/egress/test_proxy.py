@@ -3,8 +3,12 @@ and every decision is in the audit log."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import httpx
 
+from sandgate.runtimes._cgroups import SandboxCgroup, detect
 from tests.fixtures.egress import (
     EgressSandbox,
     Upstream,
@@ -13,6 +17,7 @@ from tests.fixtures.egress import (
     kill,
     make_sandbox,
 )
+from tests.fixtures.runtimes import RuntimeView
 from tests.fixtures.server import RunningServer
 
 
@@ -98,7 +103,9 @@ def test_api_allow_out_within_ceiling_opens_only_that_sandbox(
         kill(plain)
 
 
-def test_api_allow_out_outside_ceiling_fails_create(egress_server: RunningServer) -> None:
+def test_api_allow_out_outside_ceiling_fails_create(
+    egress_server: RunningServer, runtime: str
+) -> None:
     response = httpx.post(
         f"{egress_server.url}/v2/sandboxes",
         json={"templateID": "base", "network": {"allowOut": ["example.com"]}},
@@ -107,6 +114,27 @@ def test_api_allow_out_outside_ceiling_fails_create(egress_server: RunningServer
     )
     assert response.status_code == 400
     assert "egress.api_allow_out" in response.json()["message"]
+    # The hooks attach at once (the egress hook refused here, the tool gateway's attached
+    # and was undone: its records name the sandbox). Nothing of the refused sandbox is left:
+    # no container, state, cgroup, stage, uid slot or directory.
+    lines = (egress_server.home / "audit" / "audit.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    created = {r.get("sandbox") for r in records if r.get("event") == "sandbox.created"}
+    refused = {
+        r["sandbox"]
+        for r in records
+        if r.get("event") == "sandbox.attach" and r["sandbox"] not in created
+    }
+    assert refused
+    view = RuntimeView(runtime, egress_server)
+    host = detect()
+    for sandbox_id in refused:
+        assert not view.exists(sandbox_id)
+        assert view.uid_claims(sandbox_id) == []
+        assert not (egress_server.home / "sandboxes" / sandbox_id).exists()
+        assert not (Path("/run/sandgate-rt/stage") / sandbox_id).exists()
+        if runtime == "bwrap":
+            assert not SandboxCgroup(host, sandbox_id).exists()
 
 
 def test_api_deny_out_overrides_operator_allow(
