@@ -122,6 +122,7 @@ def main() -> None:
         return f"| {label} | {s['p50']:.0f} | {s['p95']:.0f} | {s['p99']:.0f} | {target} |"
 
     bw, dk = results["bwrap"], results["docker"]
+    verdict = "met" if bw["create_first_command"]["p50"] <= 50 else "not met"
     body = f"""
 Machine: {machine()}; {args.creates} sequential cold creates per runtime (no warm pool), each
 followed by `true` through envd over HTTP (`uv run python bench/bwrap.py`), run
@@ -135,6 +136,10 @@ followed by `true` through envd over HTTP (`uv run python bench/bwrap.py`), run
 {line("raw `bwrap --unshare-all … python3 -I -c pass`", raw["bwrap python"], "baseline")}
 {line("raw `docker run --rm … true`", raw["docker run"], "baseline")}
 
+Target (issue 17), bwrap cold create → first command ≤ 50 ms p50: **{verdict}** in this run
+({bw["create_first_command"]["p50"]:.0f} ms p50; the raw `bwrap … true` of the same run
+{raw["bwrap"]["p50"]:.0f} ms).
+
 The same table before the guest's selectors loop (2026-12-02, `22c2262`, quiet machine, load
 ~1): bwrap 135 / 153 / 154, docker 352 / 395 / 411, raw `bwrap … true` 6, raw
 `bwrap … python3 -I -c pass` 19, raw `docker run` 314 (p50 / p95 / p99 ms); idle memory
@@ -147,37 +152,41 @@ for the run, as an SDK does (until 2026-11-30 it built one
 per request: an SSL context, ~30 ms here, twice per sample). With that harness the code before
 the start-up work measured p50 164 ms on this machine; the 396 ms shown here before was taken
 on a busier machine (its raw rows were 37 / 70 / 439 ms). Where a cold bwrap create goes now
-(p50 of 12 creates through the Python SDK, `perf_counter` marks in the gateway, 2026-12-03,
-load ~1.5):
+(p50 of 28 creates through envd, `perf_counter` marks in the gateway, 2026-12-04, load ~0.5;
+the VM was in a fast hour, the old code measured 52-56 ms end to end in the same hour):
 
-* **Gateway before the runtime, ~11 ms**: SDK and HTTP ~2, checks ~2, store insert ~2, the
-  host directory and the sandbox hooks (egress socket, tool gateway) ~4, the guest's files ~1.
-* **`runtime.create`, ~24 ms**: rootfs lookup ~2 ms (one Docker client kept per process, the
-  image id still asked each time); uid slot, state, cgroup directories, bind stages ~2.5 ms;
-  `Popen` ~2 ms; the launch (`setpriv` → `setsid --fork` → `prlimit` → `bwrap`, whose
-  namespaces are made before it reports its child) ~12 ms, of which the three helpers' execs
-  are ~2.7 ms (measured alone); child pid, uid map, the moves into the cgroup, the
-  nested-userns lock (`nsenter`, ~1 ms, overlapped with the moves) and release ~3.5 ms.
-  (`prlimit` stays a helper: setting another process's limits needs `CAP_SYS_RESOURCE`,
-  which root lacks on this VM.)
-* **Guest start** from release to answering the gateway's ping, ~18 ms: bubblewrap's mounts,
-  the interpreter (the "python3 -I -c pass" row is a whole raw sandbox of it), the guest's
-  imports and set-up. Until 2026-12-02 `asyncio` alone was ~25 ms of it; since 2026-12-03 the
-  daemon's start imports only modules built into the interpreter, plus `os` and its own
-  (`guest/_lean.py`; ~12 ms less on this host, see "Guest: built-in modules only" below).
+* **Gateway before the runtime, ~7-8 ms**: HTTP and the API key ~1.6-2.4, checks ~1.2-1.7,
+  store insert ~1-1.5, the host directory ~0.3, the sandbox hooks (tool gateway stubs and
+  socket, egress socket, skills; since 2026-12-04 all at once, one audit fsync for their
+  records) ~3.3, the guest's files ~1.
+* **`runtime.create`, ~15 ms** (~24 before 2026-12-04): rootfs lookup ~0.2 ms (the template's
+  recorded image id names its exported tree: no question to Docker, ~2 ms before); uid slot,
+  state, cgroup directories, bind stages ~2.5 ms; `Popen` ~1 ms; the launch (`sh` → `setpriv`
+  → `setsid --fork` → `bwrap`, whose namespaces are made before it reports its child) ~5.5
+  ms; uid map ~0.6; the nested-userns lock (`nsenter` + `sh`) ~2.5; release ~0.5. On cgroup v1
+  the launcher joins the sandbox's cgroup itself (a `tasks` write of `0`, no global lock):
+  moving it from outside waited out an RCU grace period, ~9-14 ms of every cold create here.
+  (The launcher's `sh` also lowers the rlimits: `prlimit` was a helper of its own.)
+* **Guest start** from release to answering the gateway's ping, ~15-20 ms: bubblewrap's mounts,
+  the interpreter (`python3 -I -S -c pass` takes ~9.7 ms inside a sandbox), the guest's
+  imports (~6.5 ms from `guest.pyz`, about twenty modules of 0.1-0.6 ms each) and set-up.
+  Until 2026-12-02 `asyncio` alone was ~25 ms of it; since 2026-12-03 the daemon's start
+  imports only modules built into the interpreter, plus `os` and its own (`guest/_lean.py`).
   The ping is sent once and queues on the socket the runtime bound before the start.
-* **After ready, ~6 ms**: store update, the template's spawn count, the sandbox-log entry and
-  the audit record (made durable concurrently since 2026-12-03), HTTP answer.
-  **First command, ~7 ms**: `bash -l -c true` through envd (the login shell alone is ~3.6 ms
-  inside a sandbox).
+* **After ready, ~5-7 ms**: the row running and the template's spawn count (one transaction
+  since 2026-12-04), the sandbox-log entry and the audit record (made durable concurrently),
+  HTTP answer. **First command, ~4.5-6 ms**: `bash -l -c true` through envd (the login shell
+  alone is ~3.6 ms inside a sandbox).
 
 Since 2026-12-02 an idle sandbox is one guest process (the file worker starts on demand, see
 "Guest: one process, lean start" below), and since the same day the daemon starts without
-`asyncio`. The 50 ms target (issue 17; 60 ms before) is **not met**: a bare CPython 3.11 in a
-raw `bwrap` (the "python3 -I -c pass" row) is already a large part of it on this VM (2 vCPUs),
-and the gateway's own Python work around the runtime is ~17 ms; the warm pool (target 40 ms)
-is the supported fast path. What the guest start skips: `site` and the image's `.pth` files
-(`-I -S`), `ssl` (blocked, ~10 ms of libssl/libcrypto for a daemon that never speaks TLS),
+`asyncio`. The 50 ms target (issue 17; 60 ms before): see the verdict under the table above
+and "Cold start on bwrap, paired" (the change of 2026-12-04 measured side by side against the
+code before, round by round, because this VM's speed moves by a third from hour to hour); a
+bare CPython 3.11 in a raw `bwrap` (the "python3 -I -c pass" row) is a large part of it on
+this VM (2 vCPUs), and the gateway's own Python work around the runtime is ~13 ms; the warm
+pool (target 40 ms) is the supported fast path. What the guest start skips: `site` and the
+image's `.pth` files (`-I -S`), `ssl` (blocked, ~10 ms of libssl/libcrypto for a daemon that never speaks TLS),
 `asyncio`, `dataclasses`, `typing`, `json`, `re`, `enum`, `socket`, `signal`, `selectors`,
 `contextlib`, `collections`, the zipapp builder and rarely used modules, the `sh`/`chown`
 prelude and `runpy`; the bytecode in `guest.pyz` is used (same magic number as the image's

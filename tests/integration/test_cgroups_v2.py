@@ -62,6 +62,8 @@ def test_v2_life_cycle_on_a_real_cgroup2_mount(cgroup: SandboxCgroup) -> None:
     assert parent.stdin is not None
     try:
         cgroup.add(parent.pid)
+        assert cgroup.holds(parent.pid) and not cgroup.holds(os.getpid())
+        assert cgroup.join_files() == []  # v2 moves whole processes only, from outside
         parent.stdin.write(b"go\n")
         parent.stdin.flush()
         child = wait_for(
