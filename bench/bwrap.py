@@ -186,8 +186,8 @@ code before, round by round, because this VM's speed moves by a third from hour 
 bare CPython 3.11 in a raw `bwrap` (the "python3 -I -c pass" row) is a large part of it on
 this VM (2 vCPUs), and the gateway's own Python work around the runtime is ~13 ms; the warm
 pool (target 40 ms) is the supported fast path. What the guest start skips: `site` and the
-image's `.pth` files (`-I -S`), `ssl` (blocked, ~10 ms of libssl/libcrypto for a daemon that never speaks TLS),
-`asyncio`, `dataclasses`, `typing`, `json`, `re`, `enum`, `socket`, `signal`, `selectors`,
+image's `.pth` files (`-I -S`), `ssl` (blocked, ~10 ms of libssl/libcrypto for a daemon
+that never speaks TLS), `asyncio`, `dataclasses`, `typing`, `json`, `re`, `enum`, `socket`, `signal`, `selectors`,
 `contextlib`, `collections`, the zipapp builder and rarely used modules, the `sh`/`chown`
 prelude and `runpy`; the bytecode in `guest.pyz` is used (same magic number as the image's
 Python 3.11). The Docker row's ratio to raw `docker run` compares two medians taken minutes
