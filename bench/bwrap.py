@@ -180,18 +180,18 @@ the VM was in a fast hour, the old code measured 52-56 ms end to end in the same
 
 Since 2026-12-02 an idle sandbox is one guest process (the file worker starts on demand, see
 "Guest: one process, lean start" below), and since the same day the daemon starts without
-`asyncio`. The 50 ms target (issue 17; 60 ms before): see the verdict under the table above
-and "Cold start on bwrap, paired" (the change of 2026-12-04 measured side by side against the
-code before, round by round, because this VM's speed moves by a third from hour to hour); a
-bare CPython 3.11 in a raw `bwrap` (the "python3 -I -c pass" row) is a large part of it on
-this VM (2 vCPUs), and the gateway's own Python work around the runtime is ~13 ms; the warm
-pool (target 40 ms) is the supported fast path. What the guest start skips: `site` and the
-image's `.pth` files (`-I -S`), `ssl` (blocked, ~10 ms of libssl/libcrypto for a daemon
-that never speaks TLS), `asyncio`, `dataclasses`, `typing`, `json`, `re`, `enum`, `socket`, `signal`, `selectors`,
-`contextlib`, `collections`, the zipapp builder and rarely used modules, the `sh`/`chown`
-prelude and `runpy`; the bytecode in `guest.pyz` is used (same magic number as the image's
-Python 3.11). The Docker row's ratio to raw `docker run` compares two medians taken minutes
-apart; "Docker cold start, paired" measures it round by round (`bench/docker_cold.py`).
+`asyncio`. The 50 ms target (issue 17; 60 ms before): see the verdict under the table above and
+"Cold start on bwrap, paired" (the change of 2026-12-04 measured side by side against the code
+before, round by round, because this VM's speed moves by a third from hour to hour); a bare
+CPython 3.11 in a raw `bwrap` (the "python3 -I -c pass" row) is a large part of it on this VM
+(2 vCPUs), and the gateway's own Python work around the runtime is ~13 ms; the warm pool
+(target 40 ms) is the supported fast path. What the guest start skips: `site` and the image's
+`.pth` files (`-I -S`), `ssl` (blocked, ~10 ms of libssl/libcrypto for a daemon that never
+speaks TLS), `asyncio`, `dataclasses`, `typing`, `json`, `re`, `enum`, `socket`, `signal`,
+`selectors`, `contextlib`, `collections`, the zipapp builder and rarely used modules, the
+`sh`/`chown` prelude and `runpy`; the bytecode in `guest.pyz` is used (same magic number as the
+image's Python 3.11). The Docker row's ratio to raw `docker run` compares two medians taken
+minutes apart; "Docker cold start, paired" measures it round by round (`bench/docker_cold.py`).
 
 | idle sandbox ({args.idle} kept, mean) | memory cgroup (MiB) | PSS of processes (MiB) | target |
 |---|---|---|---|
