@@ -1,5 +1,6 @@
 """What starts bubblewrap (``runtimes/bwrap._launcher_argv``), run for real on this host's
-cgroups with a plain command in bubblewrap's place.
+cgroups with a plain command in bubblewrap's place; and the open-files limit it sets, refused
+with what to do when this host will not give it.
 
 The launcher must, before the command runs: lower the rlimits, put itself into the sandbox's
 cgroup where the kernel lets a process do that without the global lock (v1), drop to the
@@ -10,15 +11,20 @@ the caller. Anything it cannot do must stop it before the command runs.
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from sandgate.runtimes._cgroups import CgroupLimits, SandboxCgroup, detect
 from sandgate.runtimes._uids import UID_BASE
-from sandgate.runtimes.bwrap import _launcher_argv
+from sandgate.runtimes.bwrap import _launcher_argv, nofile_problem
+from tests.fixtures.runtimes import runtime_env
+from tests.fixtures.server import ServerFactory
+from tests.framework.envd import run
 
 pytestmark = pytest.mark.bwrap
 
@@ -115,3 +121,52 @@ def test_a_launcher_without_cgroup_files_still_lowers_limits_and_drops_ids() -> 
         str(NOFILE),
         "0",
     )
+
+
+def _can_raise_limits() -> bool:
+    status = Path("/proc/self/status").read_text().splitlines()
+    effective = next(line.split()[1] for line in status if line.startswith("CapEff:"))
+    return bool(int(effective, 16) >> 24 & 1)  # CAP_SYS_RESOURCE
+
+
+def test_a_nofile_limit_within_the_gateways_own_is_no_problem() -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    assert nofile_problem(64) is None
+    if hard != resource.RLIM_INFINITY:
+        assert nofile_problem(hard) is None
+
+
+def test_a_nofile_limit_the_host_will_not_give_is_refused_with_what_to_do(
+    sandgate_server_factory: ServerFactory,
+) -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    too_many = (hard if hard != resource.RLIM_INFINITY else 2**20) + 1
+    server = sandgate_server_factory(
+        extra_env={**runtime_env("bwrap"), "SANDGATE_LIMITS__NOFILE": str(too_many)}
+    )
+    try:
+        response = httpx.post(
+            f"{server.url}/v2/sandboxes",
+            json={"templateID": "base"},
+            headers={"X-API-Key": server.api_key},
+            timeout=120,
+        )
+        if hard == resource.RLIM_INFINITY or _can_raise_limits():
+            # This host lets the launcher go above the gateway's own limit: the sandbox has it.
+            assert response.status_code == 201, response.text
+            sandbox = response.json()
+            result = run(server.url, sandbox["sandboxID"], sandbox["envdAccessToken"], "ulimit -n")
+            assert result.stdout.strip() == str(too_many)
+            return
+        assert response.status_code == 503, response.text
+        body = response.json()
+        assert body["error_code"] == "runtime_unavailable"
+        assert f"limits.nofile is {too_many}" in body["message"]
+        assert "LimitNOFILE" in body["message"]
+        # Refused before anything was made: the server holds no sandbox.
+        listed = httpx.get(
+            f"{server.url}/sandboxes", headers={"X-API-Key": server.api_key}, timeout=30
+        )
+        assert listed.json() == []
+    finally:
+        server.stop()

@@ -47,6 +47,7 @@ import builtins
 import contextlib
 import json
 import os
+import resource
 import select
 import shutil
 import signal
@@ -198,6 +199,9 @@ class BwrapRuntime:
 
     def _create(self, spec: SandboxSpec) -> str:
         self._ensure_host()
+        problem = nofile_problem(spec.nofile)
+        if problem is not None:
+            raise RuntimeUnavailable(problem)
         rootfs = resolve_rootfs(
             spec.image_ref, self._rootfs_dir, self._docker_base_url, spec.image_id
         )
@@ -492,8 +496,11 @@ def _launcher_argv(nofile: int, base: int, join_files: list[Path], argv: list[st
       must outlive a gateway restart); the launcher returns at once.
     """
     script = (
-        'ulimit -n "$1" && ulimit -c 0 || exit 1; shift; '
-        'while [ "$1" != -- ]; do echo 0 > "$1" || exit 1; shift; done; shift; '
+        'ulimit -n "$1" && ulimit -c 0 || { echo "$0: cannot lower the limits" >&2; exit 1; }; '
+        "shift; "
+        'while [ "$1" != -- ]; do '
+        'echo 0 > "$1" || { echo "$0: cannot join the cgroup: $1" >&2; exit 1; }; shift; '
+        "done; shift; "
         'exec "$@"'
     )
     return [
@@ -504,6 +511,32 @@ def _launcher_argv(nofile: int, base: int, join_files: list[Path], argv: list[st
         shutil.which("setsid") or "setsid", "--fork",
         *argv,
     ]  # fmt: skip
+
+
+#: ``CAP_SYS_RESOURCE``'s bit in ``/proc/<pid>/status``' capability masks.
+_CAP_SYS_RESOURCE = 24
+
+
+def nofile_problem(nofile: int) -> str | None:
+    """Why a sandbox cannot get ``nofile`` open files here, or None. The launcher sets the
+    limit on itself before it drops to the sandbox's uid, so it can go above the gateway's own
+    hard limit only with ``CAP_SYS_RESOURCE`` (root in a container often lacks it)."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY or nofile <= hard:
+        return None
+    effective = next(
+        (line.split()[1] for line in Path("/proc/self/status").read_text().splitlines()
+         if line.startswith("CapEff:")),
+        "0",
+    )  # fmt: skip
+    if int(effective, 16) >> _CAP_SYS_RESOURCE & 1:
+        return None
+    return (
+        f"limits.nofile is {nofile}, above the gateway's own hard limit of open files "
+        f"({hard}), which it cannot raise on this host (no CAP_SYS_RESOURCE): lower "
+        "limits.nofile, or start the gateway with a higher limit (`ulimit -Hn`, systemd "
+        "`LimitNOFILE=`)"
+    )
 
 
 def _memfd(name: str, data: bytes) -> int:
