@@ -47,7 +47,7 @@ TYPE_CHECKING = False  # typing costs ~10 ms to import; annotations are strings 
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-__all__ = ["STAGE_DIR", "apply_rlimits", "bind_listener", "main", "patch_config"]
+__all__ = ["STAGE_DIR", "apply_rlimits", "bind_listener", "main", "patch_config", "report"]
 
 STAGE_DIR = "/run/sandgate-rt/stage"
 GUEST_DIR = "/run/sandgate"
@@ -61,7 +61,8 @@ _VOLUME_FLAGS = ("nosuid", "nodev")
 
 
 class ShimError(Exception):
-    """A refusal: printed to stderr (the engine shows it to the caller) with exit status 1."""
+    """A refusal: written to runc's log (which the engine reads and shows to the caller) and
+    to stderr, with exit status 1."""
 
 
 def bind_listener(path: str) -> int:
@@ -143,7 +144,16 @@ def apply_rlimits(config: dict[str, Any]) -> None:
         number = getattr(resource, name, None)
         if not name.startswith("RLIMIT_") or not isinstance(number, int):
             raise ShimError(f"sandgate runtime: unknown rlimit {name!r}")
-        resource.setrlimit(number, (int(limit["soft"]), int(limit["hard"])))
+        wanted = (int(limit["soft"]), int(limit["hard"]))
+        try:
+            resource.setrlimit(number, wanted)
+        except (ValueError, OSError) as exc:
+            held = resource.getrlimit(number)[1]
+            raise ShimError(
+                f"sandgate runtime: cannot set the sandbox's {name} to {wanted[1]} ({exc}; the "
+                f"engine's own hard limit is {held}): lower the Sandgate limit (limits.nofile "
+                "for RLIMIT_NOFILE) or raise the engine's (LimitNOFILE= of containerd and dockerd)"
+            ) from None
 
 
 def _stage_of(config: dict[str, Any]) -> dict[str, Any]:
@@ -204,6 +214,40 @@ def _create(runc: str, args: list[str], index: int) -> NoReturn:
     os.execv(runc, argv)  # noqa: S606 - runc's own arguments, no shell
 
 
+def report(args: list[str], message: str) -> None:
+    """Writes ``message`` where runc writes its errors (its ``--log`` file, as JSON with
+    ``--log-format json``), so the engine shows it instead of "unable to retrieve OCI runtime
+    error"; and to stderr. Never raises: a refusal must not become a different error."""
+    print(message, file=sys.stderr)
+    found = subcommand(args)
+    globals_ = args[: found[0]] if found is not None else args
+    log_path, log_format = None, "text"
+    for position, arg in enumerate(globals_):
+        value = globals_[position + 1] if position + 1 < len(globals_) else None
+        if arg == "--log" and value is not None:
+            log_path = value
+        elif arg.startswith("--log="):
+            log_path = arg.split("=", 1)[1]
+        elif arg == "--log-format" and value is not None:
+            log_format = value
+        elif arg.startswith("--log-format="):
+            log_format = arg.split("=", 1)[1]
+    if not log_path:
+        return
+    if log_format == "json":
+        line = json.dumps({"level": "error", "msg": message})
+    else:
+        line = f"level=error msg={json.dumps(message)}"
+    try:
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
     """``oci_shim.py --runc PATH -- <runc arguments>``."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -216,9 +260,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         _create(runc, argv, found[0])
     except ShimError as exc:
-        print(exc, file=sys.stderr)
+        report(argv, str(exc))
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"sandgate runtime: cannot prepare the sandbox: {exc}", file=sys.stderr)
+        report(argv, f"sandgate runtime: cannot prepare the sandbox: {exc}")
     sys.exit(1)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import socket
 import stat
@@ -13,7 +14,8 @@ from typing import Any
 import pytest
 
 import sandgate
-from sandgate.runtimes.oci_shim import bind_listener, patch_config, subcommand
+from sandgate.runtimes.oci_shim import bind_listener, patch_config, report, subcommand
+from sandgate.runtimes.oci_shim import main as shim_main
 
 SHIM_CALL = [
     "--root", "/var/run/docker/runtime-runc/moby",
@@ -141,3 +143,32 @@ def test_no_gateway_module_changes_the_process_umask() -> None:
             ):
                 callers.append(f"{module.relative_to(package)}:{node.lineno}")
     assert callers == []
+
+
+def _call_with_log(log: Path, log_format: str) -> list[str]:
+    return ["--root", "/run/x", "--log", str(log), "--log-format", log_format,
+            "create", "--bundle", "/run/x", "abc"]  # fmt: skip
+
+
+def test_a_refusal_is_written_where_the_engine_reads_runcs_errors(tmp_path: Path) -> None:
+    """containerd shows the last error of runc's ``--log`` file; without a line there it says
+    only "unable to retrieve OCI runtime error"."""
+    log = tmp_path / "log.json"
+    report(_call_with_log(log, "json"), "sandgate runtime: no")
+    assert json.loads(log.read_text()) == {"level": "error", "msg": "sandgate runtime: no"}
+    text = tmp_path / "log.txt"
+    report(_call_with_log(text, "text"), 'say "no"')
+    assert text.read_text() == 'level=error msg="say \\"no\\""\n'
+    report(["create", "--bundle", "/run/x", "abc"], "no log given: stderr only")  # no raise
+
+
+def test_a_container_that_is_no_sandbox_is_refused_in_runcs_log(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps({"mounts": [], "process": {}}))
+    log = tmp_path / "log.json"
+    args = ["--log", str(log), "--log-format", "json", "create", "--bundle", str(bundle), "c"]
+    with pytest.raises(SystemExit) as exited:
+        shim_main(["--runc", "/bin/false", "--", *args])
+    assert exited.value.code == 1
+    assert "is not a Sandgate sandbox" in json.loads(log.read_text())["msg"]
