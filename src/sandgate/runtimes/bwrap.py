@@ -521,14 +521,16 @@ def nofile_problem(nofile: int) -> str | None:
     """Why a sandbox cannot get ``nofile`` open files here, or None. The launcher sets the
     limit on itself before it drops to the sandbox's uid, so it can go above the gateway's own
     hard limit only with ``CAP_SYS_RESOURCE`` (root in a container often lacks it)."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and nofile <= hard:
+        return None  # every create: no file read (a hard limit is never above fs.nr_open)
     ceiling = int(Path("/proc/sys/fs/nr_open").read_text())
     if nofile > ceiling:
         return (
             f"limits.nofile is {nofile}, above what this kernel allows any process "
             f"(fs.nr_open = {ceiling}): lower limits.nofile"
         )
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    if hard == resource.RLIM_INFINITY or nofile <= hard:
+    if hard == resource.RLIM_INFINITY:
         return None
     effective = next(
         (line.split()[1] for line in Path("/proc/self/status").read_text().splitlines()
