@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import re
 import statistics
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +67,30 @@ def write_section(title: str, body: str) -> None:
     else:
         text = text.rstrip() + "\n\n" + section
     DOC.write_text(text.rstrip() + "\n")
+
+
+def timed(argv: list[str]) -> float:
+    """Seconds one run of ``argv`` takes (it must succeed)."""
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def add_side_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a bench that runs this checkout against an earlier tree's ``src``."""
+    parser.add_argument("--previous-src", type=Path, required=True)
+    parser.add_argument("--previous-label", default="the previous commit")
+    parser.add_argument("--this-label", default="this checkout")
+
+
+def side_sources(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Path]:
+    """``{"this": src, "previous": src}``; a ``--previous-src`` without the package is an
+    argument error."""
+    if not (args.previous_src / "sandgate" / "__init__.py").is_file():
+        parser.error(f"{args.previous_src} holds no sandgate package (give the tree's src)")
+    return {"this": ROOT / "src", "previous": args.previous_src.resolve()}
+
+
+def side_order(index: int) -> list[str]:
+    """Which side goes first in round ``index``: they take turns."""
+    return ["this", "previous"] if index % 2 == 0 else ["previous", "this"]

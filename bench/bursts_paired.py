@@ -31,21 +31,24 @@ import httpx
 from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import ServerFactory
 
-from bench._report import ROOT, machine, write_results, write_section
+from bench._report import (
+    add_side_arguments,
+    machine,
+    side_order,
+    side_sources,
+    write_results,
+    write_section,
+)
 from bench.bursts import FAILURES, raw_burst, raw_bwrap, sandgate_burst
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--previous-src", type=Path, required=True)
-    parser.add_argument("--previous-label", default="the previous commit")
-    parser.add_argument("--this-label", default="this checkout")
+    add_side_arguments(parser)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--burst", type=int, default=20)
     args = parser.parse_args()
-    if not (args.previous_src / "sandgate" / "__init__.py").is_file():
-        parser.error(f"{args.previous_src} holds no sandgate package (give the tree's src)")
-    sources = {"this": ROOT / "src", "previous": args.previous_src.resolve()}
+    sources = side_sources(parser, args)
     samples: dict[str, list[float]] = {"this": [], "previous": [], "raw": []}
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="sgq", dir="/tmp") as base_dir:
@@ -63,7 +66,7 @@ def main() -> None:
             for side in sources:  # the tree, the caches, the connections
                 sandgate_burst(servers[side], clients[side], 5)
             for index in range(args.rounds):
-                order = ["this", "previous"] if index % 2 == 0 else ["previous", "this"]
+                order = side_order(index)
                 for side in order:
                     samples[side].append(sandgate_burst(servers[side], clients[side], args.burst))
                 samples["raw"].append(raw_burst(args.burst, raw_bwrap()))

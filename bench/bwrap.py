@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,16 +31,10 @@ from tests.fixtures.server import TEST_ROOTFS_DIR, ServerFactory
 from tests.framework.envd import create, run
 
 from bench._procmem import cgroup_memory, pss
-from bench._report import machine, summary_ms, write_results, write_section
+from bench._report import machine, summary_ms, timed, write_results, write_section
 
 IMAGE = "sandgate/template-base:latest"
 DOCKER_RUN = ["docker", "run", "--rm", "--network", "none", IMAGE, "true"]
-
-
-def timed(argv: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True)
-    return time.perf_counter() - start
 
 
 def raw_bwrap_argv(*command: str) -> list[str]:

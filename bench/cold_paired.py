@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,17 +44,20 @@ from tests.fixtures.server import RunningServer, ServerFactory
 from tests.framework.envd import create, run
 
 from bench._procmem import cpu_seconds
-from bench._report import ROOT, machine, pct, write_results, write_section
+from bench._report import (
+    add_side_arguments,
+    machine,
+    pct,
+    side_order,
+    side_sources,
+    timed,
+    write_results,
+    write_section,
+)
 from bench._workers import run_sdk_worker
 from bench.bursts import raw_burst, raw_bwrap
 
 _SIDE_KEYS = ("envd_p50_ms", "sdk_p50_ms", "sdk_burst_ms", "cpu_ms_per_sandbox")
-
-
-def _timed(argv: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True)
-    return time.perf_counter() - start
 
 
 def _server(factory: ServerFactory, src: Path) -> RunningServer:
@@ -132,7 +134,7 @@ def _round(
 def _raw(args: argparse.Namespace) -> dict[str, float]:
     argv = raw_bwrap()
     return {
-        "bwrap_p50_ms": pct([_timed(argv) for _ in range(args.creates)], 50) * 1000,
+        "bwrap_p50_ms": pct([timed(argv) for _ in range(args.creates)], 50) * 1000,
         "bwrap_burst_ms": raw_burst(args.burst, argv) * 1000,
     }
 
@@ -191,27 +193,23 @@ of the per-round differences (this - before): {diff["envd_p50_ms"]:+.1f} ms thro
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--previous-src", type=Path, required=True)
-    parser.add_argument("--previous-label", default="the previous commit")
-    parser.add_argument("--this-label", default="this checkout")
+    add_side_arguments(parser)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--creates", type=int, default=20)
     parser.add_argument("--burst", type=int, default=20)
     parser.add_argument("--no-doc", action="store_true", help="write only the JSON results")
     args = parser.parse_args()
-    if not (args.previous_src / "sandgate" / "__init__.py").is_file():
-        parser.error(f"{args.previous_src} holds no sandgate package (give the tree's src)")
+    sources = side_sources(parser, args)
     if args.rounds < 1 or args.creates < 5 or args.burst < 1:
         parser.error("--rounds ≥ 1, --creates ≥ 5 and --burst ≥ 1")
     client = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0"))
-    sources = {"this": ROOT / "src", "previous": args.previous_src.resolve()}
     rounds: list[dict[str, Any]] = []
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="sgp", dir="/tmp") as base_dir:
         factory = ServerFactory(Path(base_dir))
         try:
             for index in range(args.rounds):
-                order = ["this", "previous"] if index % 2 == 0 else ["previous", "this"]
+                order = side_order(index)
                 rnd: dict[str, Any] = {"order": order, "raw": _raw(args)}
                 rnd.update(_round(factory, client.python, sources, order, args))
                 for side in order:

@@ -25,17 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.server import ServerFactory
 
-from bench._report import machine, summary_ms, write_results, write_section
+from bench._report import machine, summary_ms, timed, write_results, write_section
 from bench._workers import run_sdk_worker
 
 IMAGE = "sandgate/template-base:latest"
 MiB = 1024 * 1024
-
-
-def timed(argv: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True)
-    return time.perf_counter() - start
 
 
 def docker_baseline(roundtrips: int, stream_mib: int, transfer_mib: int, repeats: int) -> dict:

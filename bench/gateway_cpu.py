@@ -36,7 +36,15 @@ from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import ServerFactory
 
 from bench._procmem import cpu_seconds
-from bench._report import ROOT, machine, pct, write_results, write_section
+from bench._report import (
+    add_side_arguments,
+    machine,
+    pct,
+    side_order,
+    side_sources,
+    write_results,
+    write_section,
+)
 from bench._workers import WORKERS
 
 _COLUMNS = (
@@ -134,28 +142,24 @@ process over the block (its background ticks and the audit writer's fsyncs inclu
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--previous-src", type=Path, required=True)
-    parser.add_argument("--previous-label", default="the previous commit")
-    parser.add_argument("--this-label", default="this checkout")
+    add_side_arguments(parser)
     parser.add_argument("--runtime", default="bwrap", choices=("bwrap", "docker"))
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--commands", type=int, default=1000)
     parser.add_argument("--stream-mib", type=int, default=50)
     parser.add_argument("--no-doc", action="store_true", help="write only the JSON results")
     args = parser.parse_args()
-    if not (args.previous_src / "sandgate" / "__init__.py").is_file():
-        parser.error(f"{args.previous_src} holds no sandgate package (give the tree's src)")
+    sources = side_sources(parser, args)
     if args.rounds < 1 or args.commands < 50 or args.stream_mib < 1:
         parser.error("--rounds ≥ 1, --commands ≥ 50 and --stream-mib ≥ 1")
     client = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0"))
-    sources = {"this": ROOT / "src", "previous": args.previous_src.resolve()}
     rounds: list[dict[str, Any]] = []
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="sgc", dir="/tmp") as base_dir:
         factory = ServerFactory(Path(base_dir))
         try:
             for index in range(args.rounds):
-                order = ["this", "previous"] if index % 2 == 0 else ["previous", "this"]
+                order = side_order(index)
                 rnd: dict[str, Any] = {"order": order}
                 for side in order:
                     rnd[side] = _side(factory, client.python, sources[side], args)

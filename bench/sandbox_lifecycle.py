@@ -24,19 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.server import ServerFactory
 
-from bench._report import ROOT, machine, summary_ms, write_section
+from bench._report import ROOT, machine, summary_ms, timed, write_section
 from bench._workers import run_sdk_worker
 
 IMAGE = "sandgate/template-base:latest"
 RUN_SEQ = "docker run (sequential)"
 RUN_BURST = "docker run (burst)"
 RAW_RUN = ["docker", "run", "--rm", "--network", "none", IMAGE, "true"]
-
-
-def timed(argv: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True)
-    return time.perf_counter() - start
 
 
 def raw_burst(size: int) -> list[float]:
