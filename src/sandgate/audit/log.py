@@ -78,19 +78,49 @@ class AuditHealth:
 
 @dataclass
 class _Pending:
+    """A queued record and whoever waits for it: a thread's ``concurrent.futures.Future``
+    (``submit``), or an event loop's own future (``write``), which the writer settles through
+    ``call_soon_threadsafe``: no lock-backed future and no chaining per record on the loop's
+    hot path (a tool call waits for one record)."""
+
     record: dict[str, Any]
-    future: concurrent.futures.Future[dict[str, Any]]
+    future: concurrent.futures.Future[dict[str, Any]] | None = None
+    loop_future: asyncio.Future[dict[str, Any]] | None = None
     waiting: bool = True
     submitted: float = field(default_factory=time.monotonic)
+
+    def start(self) -> None:
+        """Called by the writer as it takes the record (a thread's cancelled future then no
+        longer waits; a loop future's cancellation is seen when settling)."""
+        if self.future is not None:
+            self.waiting = self.future.set_running_or_notify_cancel()
 
     def settle(self, record: dict[str, Any] | None, error: BaseException | None = None) -> None:
         """Hands the outcome to the caller, unless it stopped waiting (the record stays)."""
         if not self.waiting:
             return
-        if error is not None:
-            self.future.set_exception(error)
-        else:
-            self.future.set_result(record or {})
+        if self.loop_future is not None:
+            # A closed loop (RuntimeError) leaves nobody to tell.
+            with contextlib.suppress(RuntimeError):
+                self.loop_future.get_loop().call_soon_threadsafe(
+                    _settle_loop_future, self.loop_future, record or {}, error
+                )
+        elif self.future is not None:
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(record or {})
+
+
+def _settle_loop_future(
+    future: asyncio.Future[dict[str, Any]], record: dict[str, Any], error: BaseException | None
+) -> None:
+    if future.done():  # the caller was cancelled; the record was written all the same
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(record)
 
 
 class _StoreIndex:
@@ -140,18 +170,23 @@ class AuditLog:
         """Queues ``record`` for the writer and returns at once; the future holds the sealed
         record once it is durable and indexed, or ``AuditUnavailable``/``AuditTampered``.
         Raises ``AuditTampered`` right away while the log is known to be tampered."""
-        self._refuse_if_tampered()
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
-        stamped = {"time": datetime.now(UTC).isoformat(), **record}
-        self._ensure_writer()
-        self._queue.put(_Pending(stamped, future))
+        self._enqueue(_Pending(record, future=future))
         return future
 
     async def write(self, record: dict[str, Any]) -> dict[str, Any]:
         """Appends ``record`` and returns it sealed once it is durable; the event loop only
         waits. Raises ``AuditUnavailable`` or ``AuditTampered``. Cancelling the wait does not
         withdraw the record."""
-        return await asyncio.wrap_future(self.submit(record))
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._enqueue(_Pending(record, loop_future=future))
+        return await future
+
+    def _enqueue(self, pending: _Pending) -> None:
+        self._refuse_if_tampered()
+        pending.record = {"time": datetime.now(UTC).isoformat(), **pending.record}
+        self._ensure_writer()
+        self._queue.put(pending)
 
     def append(self, record: dict[str, Any]) -> dict[str, Any]:
         """``write`` for synchronous callers (CLI, tests); never call it on an event loop."""
@@ -280,6 +315,9 @@ class AuditLog:
     # -- the writer -----------------------------------------------------------------------
 
     def _ensure_writer(self) -> None:
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            return
         with self._thread_lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
@@ -310,7 +348,7 @@ class AuditLog:
         writable: list[_Pending] = []
         for pending in batch:
             # A caller that was cancelled no longer waits, but its record is still written.
-            pending.waiting = pending.future.set_running_or_notify_cancel()
+            pending.start()
             try:
                 canonical(pending.record)
             except (TypeError, ValueError) as exc:

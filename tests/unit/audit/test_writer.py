@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from sandgate.audit import AuditLog
 from sandgate.config import load_config
+from sandgate.errors import AuditUnavailable
 from sandgate.policy import Subject
 from sandgate.store import Store
 from sandgate.tools import build_gateway
@@ -73,3 +75,40 @@ def test_egress_records_index_their_destination_as_the_action(tmp_path: Path) ->
     asyncio.run(write())
     rows = sorted(store.search_audit(team_id=None, limit=10), key=lambda r: r.seq)
     assert [r.action for r in rows[-3:]] == ["pypi.org:443", None, None]
+
+
+def test_a_write_whose_caller_is_cancelled_is_still_written(tmp_path: Path) -> None:
+    """``write`` waits on the loop's own future, which the writer settles from its thread: a
+    caller cancelled meanwhile withdraws nothing, and settling its cancelled future is not an
+    error the loop reports."""
+    store = Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    log = AuditLog(tmp_path / "audit", store)
+    errors: list[dict[str, object]] = []
+
+    async def main() -> dict[str, object]:
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: errors.append(ctx))
+        gone = asyncio.ensure_future(log.write({"event": "tool.call", "n": 1}))
+        await asyncio.sleep(0)  # queued
+        gone.cancel()
+        sealed = await log.write({"event": "tool.call", "n": 2})
+        await asyncio.sleep(0)
+        assert gone.cancelled()
+        return sealed
+
+    sealed = asyncio.run(main())
+    log.close()
+    assert [r["n"] for r in log.records()] == [1, 2] and sealed["seq"] == 2
+    assert store.audit_head() == (2, sealed["hash"])
+    assert errors == []
+
+
+def test_a_write_the_writer_refuses_raises_on_the_loop(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit", None)
+
+    async def main() -> None:
+        with pytest.raises(AuditUnavailable, match="cannot be encoded"):
+            await log.write({"event": "tool.call", "value": object()})
+        assert (await log.write({"event": "tool.call"}))["seq"] == 1
+
+    asyncio.run(main())
+    log.close()

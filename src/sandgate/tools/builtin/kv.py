@@ -7,13 +7,14 @@ the policy's business (``action`` is ``op``; conditions on ``key`` select key ra
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from sandgate._serial import SerialWorker
 from sandgate.errors import InvalidArguments
 from sandgate.tools.tool import ToolContext
 
@@ -43,9 +44,12 @@ class KvExecutor:
         self._path = path
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
+        #: Every operation runs on this one thread (the connection is used by one at a time
+        #: anyway), off the event loop.
+        self._worker = SerialWorker("sandgate-kv")
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> Any:
-        return await asyncio.to_thread(self._run, arguments)
+        return await self._worker.run(partial(self._run, arguments))
 
     def _run(self, arguments: dict[str, Any]) -> Any:
         op = arguments["op"]
