@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
@@ -124,15 +123,14 @@ def build_services(
         lambda sandbox_id: sandboxes.guest_of(sandbox_id),  # built below, before any sandbox
     )
 
-    async def audit(record: dict[str, Any]) -> None:
-        await gateway.audit.write(record)
-
     sandboxes = build_sandbox_service(
         config,
         store,
         runtime,
         hooks=[gateway_hook, skills, egress],
-        audit=audit,
+        # Queued as the service calls it: a create's record is being written while the
+        # observers hear of the create.
+        audit=gateway.audit.queue,
         network=egress,
         volumes=volumes,
         observers=[telemetry, *observers],

@@ -178,9 +178,15 @@ class AuditLog:
         """Appends ``record`` and returns it sealed once it is durable; the event loop only
         waits. Raises ``AuditUnavailable`` or ``AuditTampered``. Cancelling the wait does not
         withdraw the record."""
+        return await self.queue(record)
+
+    def queue(self, record: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
+        """``write`` for a caller on an event loop with more to do meanwhile: the record is
+        queued now (a coroutine would queue it only once it first runs), the future resolves
+        as ``write`` returns. Raises ``AuditTampered`` at once while the log is tampered."""
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._enqueue(_Pending(record, loop_future=future))
-        return await future
+        return future
 
     def _enqueue(self, pending: _Pending) -> None:
         self._refuse_if_tampered()

@@ -82,7 +82,7 @@ REFRESH_MIN_S = 15
 REFRESH_MAX_S = 3600
 _FORK_PARALLEL = 4
 
-AuditSink = Callable[[dict[str, Any]], Awaitable[None]]
+AuditSink = Callable[[dict[str, Any]], Awaitable[object]]
 
 
 @dataclass(frozen=True)
@@ -371,14 +371,13 @@ class SandboxService:
         except BaseException:
             await self._discard(row.id)
             raise
-        started = self._store.start_sandbox(row.id, ref, template.id, now)
-        if started is None:
+        if not self._store.start_sandbox(row, ref, now):
             raise _not_found(row.id)
         self._routes[row.id] = self._route_of(row)
         snapshot_id = source.id if source is not None else None
         await self._record(
             "sandbox.created",
-            started,
+            row,
             template=template.name,
             warm=warm is not None,
             snapshot=snapshot_id,
@@ -391,7 +390,7 @@ class SandboxService:
             warm=warm is not None,
             snapshot=snapshot_id,
         )
-        return started
+        return row
 
     async def _attach(self, row: Sandbox, host_dir: Path) -> dict[str, str]:
         """Every hook at once (each waits on its own socket and audit record, and a create
@@ -795,7 +794,7 @@ class SandboxService:
         the lifecycle action has already happened and must not be reported as failed.
         Observers (telemetry) hear of it too, while the audit writer makes the record durable
         (both wait on other threads, and every create, pause and kill waits for both)."""
-        audit: asyncio.Future[None] | None = None
+        audit: asyncio.Future[object] | None = None
         if self._audit is not None:
             record = {
                 "event": event,
@@ -804,7 +803,10 @@ class SandboxService:
                 "outcome": "ok",
                 "detail": detail,
             }
-            audit = asyncio.ensure_future(self._audit(record))
+            try:
+                audit = asyncio.ensure_future(self._audit(record))
+            except SandgateError as exc:  # a sink that refuses at once (a tampered log)
+                log.error("audit.write_failed", event=event, sandbox=row.id, error=exc.message)
         try:
             for observer in self._observers:
                 await observer.on_event(event, row, detail)

@@ -11,7 +11,6 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sandgate.audit import AuditLog, build_audit
 from sandgate.config import Config
@@ -99,8 +98,7 @@ def open_sandbox_admin(config: Config) -> SandboxAdmin:
         lambda sandbox_id: service.guest_of(sandbox_id),
     )
 
-    async def record(event: dict[str, Any]) -> None:
-        await audit.write(event)
-
-    service = build_sandbox_service(config, store, runtime, audit=record, observers=[telemetry])
+    service = build_sandbox_service(
+        config, store, runtime, audit=audit.queue, observers=[telemetry]
+    )
     return SandboxAdmin(store, runtime, audit, service)

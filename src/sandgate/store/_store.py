@@ -73,6 +73,11 @@ _EXPIRED = _KEPT.where(Sandbox.end_at <= bindparam("now"))
 _UPDATE_IF = update(Sandbox).where(
     Sandbox.id == bindparam("_sandbox_id"), Sandbox.state == bindparam("_expected")
 )
+_START = (
+    update(Sandbox)
+    .where(Sandbox.id == bindparam("_sandbox_id"))
+    .values(state="running", runtime_ref=bindparam("_ref"))
+)
 _COUNT_SPAWN = (
     update(Template)
     .where(Template.id == bindparam("template_id"))
@@ -242,19 +247,20 @@ class Store:
                 setattr(row, name, value)
             return row
 
-    def start_sandbox(
-        self, sandbox_id: str, runtime_ref: str, template_id: str, now: datetime
-    ) -> Sandbox | None:
-        """Marks a booted sandbox running and counts the spawn on its template: a create's
-        last two writes, in one transaction (one commit, not two, on every cold create)."""
-        with self.session() as s:
-            row = s.get(Sandbox, sandbox_id)
-            if row is None:
-                return None
-            row.state = "running"
-            row.runtime_ref = runtime_ref
-            s.execute(_COUNT_SPAWN, {"template_id": template_id, "now": now})
-            return row
+    def start_sandbox(self, row: Sandbox, runtime_ref: str, now: datetime) -> bool:
+        """Marks a booted sandbox running, in the store and on ``row`` (the create's own
+        copy), and counts the spawn on its template: a create's last two writes, in one
+        transaction of two plain statements (loading the row back through the ORM and
+        flushing it cost more than both, on every create). False, and nothing written, when
+        the row is gone (the sandbox was killed meanwhile)."""
+        with self.engine.begin() as connection:
+            result = connection.execute(_START, {"_sandbox_id": row.id, "_ref": runtime_ref})
+            if cast(Any, result).rowcount != 1:
+                return False
+            connection.execute(_COUNT_SPAWN, {"template_id": row.template_id, "now": now})
+        row.state = "running"
+        row.runtime_ref = runtime_ref
+        return True
 
     def update_sandbox_if(self, sandbox_id: str, expected: str, /, **values: Any) -> bool:
         """Sets ``values`` only while the sandbox's state is still ``expected``, in one statement;

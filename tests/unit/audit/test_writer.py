@@ -112,3 +112,18 @@ def test_a_write_the_writer_refuses_raises_on_the_loop(tmp_path: Path) -> None:
 
     asyncio.run(main())
     log.close()
+
+
+def test_queue_hands_the_record_over_before_the_caller_yields(tmp_path: Path) -> None:
+    """``queue`` (what the sandbox service's lifecycle records use) has the record with the
+    writer when it returns, so the record is written while the caller does other work; a
+    coroutine would hand it over only once the loop ran it."""
+    log = AuditLog(tmp_path / "audit", None)
+
+    async def main() -> None:
+        future = log.queue({"event": "sandbox.created"})
+        log.close()  # writes what is queued and stops the writer, without yielding
+        assert [r["event"] for r in log.records()] == ["sandbox.created"]
+        assert (await future)["seq"] == 1
+
+    asyncio.run(main())

@@ -26,6 +26,7 @@ from sandgate.runtimes import RuntimeState
 from sandgate.sandboxes import CreateRequest, SandboxService, SandboxState
 from sandgate.sandboxes.catalog import register
 from sandgate.sandboxes.hooks import SandboxHook
+from sandgate.sandboxes.service import AuditSink
 from sandgate.store import Store
 from sandgate.store.models import Sandbox
 from sandgate.templates import BuiltTemplate
@@ -70,6 +71,7 @@ def _service(
     runtime: FakeRuntime,
     observers: Sequence[Events] = (),
     hooks: Sequence[SandboxHook] = (),
+    audit: AuditSink | None = None,
 ) -> SandboxService:
     config = load_config(home / "sandgate.yaml", environ={"SANDGATE_HOME": str(home)})
     return SandboxService(
@@ -80,6 +82,7 @@ def _service(
         guest_zipapp=home / "guest.pyz",
         observers=observers,
         hooks=hooks,
+        audit=audit,
     )
 
 
@@ -532,5 +535,69 @@ def test_a_hook_that_fails_ends_the_create_after_every_attach_has_ended(home: Pa
         assert "b.detach" in log
         assert h.store.count_live() == 0
         assert h.runtime.sandboxes == {}
+
+    _run(home, body)
+
+
+class _RowRemover:
+    """A hook whose attach removes the sandbox's row: another process killing and forgetting
+    the sandbox while it boots."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def attach(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
+        self.store.delete_sandbox(sandbox.id)
+        return {}
+
+    async def detach(self, sandbox_id: str) -> None:
+        return None
+
+
+def test_a_sandbox_whose_row_went_while_it_booted_is_not_marked_running(home: Path) -> None:
+    """The create's last writes go through only while its row is still there: it is not
+    brought back as running, and no spawn is counted for it."""
+
+    async def body(h: Harness) -> None:
+        service = _service(h.home, h.store, h.runtime, hooks=[_RowRemover(h.store)])
+        try:
+            with pytest.raises(SandboxNotFound):
+                await service.create(h.principal, _request())
+        finally:
+            await service.stop()
+        assert h.store.count_live() == 0
+        template = h.store.template_by_name_or_id("base")
+        assert template is not None and template.spawn_count == 0
+
+    _run(home, body)
+
+
+def test_a_create_queues_its_audit_record_before_the_observers_hear_of_it(home: Path) -> None:
+    """The record is being written while the observers (telemetry) do their part, and the
+    create returns once both are done; the row it returns is the running one."""
+    order: list[str] = []
+    written: asyncio.Future[object] | None = None
+
+    def audit(record: dict[str, object]) -> asyncio.Future[object]:
+        nonlocal written
+        order.append(f"audit:{record['event']}")
+        written = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(0.05, written.set_result, None)
+        return written
+
+    class Heard(Events):
+        async def on_event(self, event: str, row: Sandbox, detail: Mapping[str, object]) -> None:
+            order.append(f"observer:{event}")
+
+    async def body(h: Harness) -> None:
+        service = _service(h.home, h.store, h.runtime, observers=[Heard()], audit=audit)
+        try:
+            row = await service.create(h.principal, _request())
+            assert written is not None and written.done()  # the create waited for it
+            assert row.state == SandboxState.RUNNING.value
+            assert row.runtime_ref == f"fake-{row.id}"
+        finally:
+            await service.stop()
+        assert order[:2] == ["audit:sandbox.created", "observer:sandbox.created"]
 
     _run(home, body)
