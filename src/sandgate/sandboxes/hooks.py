@@ -15,10 +15,12 @@ from sandgate.store import Sandbox
 
 class SandboxHook(Protocol):
     async def attach(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
-        """Called before a new sandbox starts and when a restarted gateway adopts a running
-        one. ``host_dir`` is mounted at ``/run/sandgate`` inside the sandbox; files and
-        sockets placed there are visible to it. Returns environment variables to add to
-        every process of a *new* sandbox (ignored on adoption). Raising aborts a create."""
+        """Called while a new sandbox's guest starts (before anything else runs in it: the
+        create waits for every hook), before a stored one is booted again, and when a
+        restarted gateway adopts a running one. ``host_dir`` is mounted at ``/run/sandgate``
+        inside the sandbox; files and sockets placed there are visible to it. Returns
+        environment variables to add to every process of a *new* sandbox (ignored on
+        adoption). Raising aborts a create (the sandbox is removed again)."""
         ...
 
     async def detach(self, sandbox_id: str) -> None:

@@ -22,7 +22,7 @@ import pytest
 from sandgate.access import Principal, create_api_key
 from sandgate.config import load_config
 from sandgate.errors import InvalidRequest, RuntimeUnavailable, SandboxNotFound
-from sandgate.runtimes import RuntimeState
+from sandgate.runtimes import RuntimeState, SandboxSpec
 from sandgate.sandboxes import CreateRequest, SandboxService, SandboxState
 from sandgate.sandboxes.catalog import register
 from sandgate.sandboxes.hooks import SandboxHook
@@ -507,12 +507,15 @@ def test_hooks_attach_at_once_and_their_variables_merge_in_hook_order(home: Path
     async def body(h: Harness) -> None:
         service = _service(h.home, h.store, h.runtime, hooks=_pair(log))
         try:
-            row = await service.create(h.principal, _request())
+            row = await service.create(h.principal, _request(OWN="c", A="own"))
             assert row.state == SandboxState.RUNNING.value
             assert log[:2] == ["a.attach", "b.attach"]  # each began before either ended
-            guest = h.runtime.sandboxes[row.id].spec.host_dir / "guest.json"
-            envs = json.loads(guest.read_text())["envs"]
-            assert (envs["A"], envs["B"], envs["SHARED"]) == ("1", "2", "b")  # the later hook's
+            # The guest's environment (configured once it answered) and envs.json: the
+            # later hook's value wins, the caller's own wins over every hook's.
+            envs = h.runtime.sandboxes[row.id].envs
+            assert (envs["A"], envs["B"], envs["SHARED"], envs["OWN"]) == ("own", "2", "b", "c")
+            published = h.runtime.sandboxes[row.id].spec.host_dir / "envs.json"
+            assert json.loads(published.read_text()) == envs
         finally:
             await service.stop()
 
@@ -599,5 +602,46 @@ def test_a_create_queues_its_audit_record_before_the_observers_hear_of_it(home: 
         finally:
             await service.stop()
         assert order[:2] == ["audit:sandbox.created", "observer:sandbox.created"]
+
+    _run(home, body)
+
+
+class _WaitsForBoot:
+    """A hook whose attach ends only once the sandbox's runtime create has returned: a create
+    ends only if its hooks attach while the sandbox boots."""
+
+    def __init__(self, booted: asyncio.Event) -> None:
+        self.booted = booted
+
+    async def attach(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
+        await asyncio.wait_for(self.booted.wait(), timeout=5)
+        return {"FROM_HOOK": "1"}
+
+    async def detach(self, sandbox_id: str) -> None:
+        return None
+
+
+def test_hooks_attach_while_the_sandbox_boots_and_reach_its_guest_once_it_answers(
+    home: Path,
+) -> None:
+    async def body(h: Harness) -> None:
+        booted = asyncio.Event()
+        boot = h.runtime.create
+
+        async def create(spec: SandboxSpec) -> str:
+            ref = await boot(spec)
+            booted.set()
+            return ref
+
+        h.runtime.create = create  # type: ignore[method-assign]
+        service = _service(h.home, h.store, h.runtime, hooks=[_WaitsForBoot(booted)])
+        try:
+            row = await service.create(h.principal, _request(OWN="1"))
+        finally:
+            await service.stop()
+        sandbox = h.runtime.sandboxes[row.id]
+        # Asked whether it answers, then given the hooks' variables (with the caller's).
+        assert sandbox.requests[:2] == ["ping", "configure"]
+        assert sandbox.envs["FROM_HOOK"] == "1" and sandbox.envs["OWN"] == "1"
 
     _run(home, body)
