@@ -275,7 +275,16 @@ stage by stage), and what changed (issue 17):
   in the call's task. (Running `kv get` in place instead of in a worker thread was tried and
   dropped: with 16 clients it lost throughput, the loop giving up the GIL to the writer in
   the middle of a call);
-- the log directory was `mkdir`ed before every call's writability check and every batch.
+- the log directory was `mkdir`ed before every call's writability check and every batch;
+- (2026-12-04) each `kv` call went to the default thread pool (`asyncio.to_thread`) and each
+  call's record waited on a `concurrent.futures.Future` chained to a loop future: two
+  lock-backed futures (a `threading.Condition` built for each) and the pool's bookkeeping
+  per call, about a sixth of the event loop's held time in a py-spy profile of the 4-client
+  pass. `kv` now runs on a thread of its own (`sandgate/_serial.py`: one queue put, one
+  `call_soon_threadsafe` back; its one SQLite connection served one call at a time anyway)
+  and `AuditLog.write` waits on the loop's own future, which the writer settles from its
+  thread. Interleaved runs of this script (4 per side, `--calls 4000`): 1114-1536 calls/s
+  with 4 clients before, 1286-1797 after; p50 0.96-1.16 ms before, 0.92-1.06 after.
 
 What stands in the way of the target on this machine: (1) the disk: a call is answered after
 its fsync, and this VM's fsync moves from 0.15 ms quiet to several ms when the other
@@ -288,7 +297,10 @@ left per call in Python (socket line → strict JSON → scope → validation �
 redaction → record → seal → write → index) measured 0.8 ms of CPU per call (process time,
 in-process harness, 1 caller, fsync off, load average about 9): no single stage dominates any
 more, each is tens of µs, and the index transaction is the largest; 2000 calls/s on one
-interpreter needs under 0.5 ms.
+interpreter needs under 0.5 ms. `perf` on the gateway's main thread during the 4-client pass
+(2026-12-04): about a fifth of its time is the kernel waking the other threads (the GIL handed
+to the writer and the `kv` thread, their queues' semaphores) and switching tasks, the cost of
+the two crossings above rather than of any stage's Python.
 
 | tool kind, same client (ms, n={results["kind_calls"]}) | p50 | p95 | p99 |
 |---|---|---|---|
