@@ -238,6 +238,13 @@ def test_counts_and_expiry(store: Store) -> None:
     store.add_sandbox(_sandbox(team.id, "new", now))
     store.add_sandbox(_sandbox(team.id, "dead", now, state="killed"))
     assert store.count_live(team.id) == 2
+    # The quota check's one statement: the team's live sandboxes and every team's.
+    other = store.get_or_create_team("t3", "team_t3", now)
+    store.add_sandbox(_sandbox(other.id, "theirs", now))
+    store.add_sandbox(_sandbox(other.id, "theirs-dead", now, state="killed"))
+    assert store.live_counts(team.id) == (2, 3)
+    assert store.live_counts(other.id) == (1, 3)
+    assert store.live_counts("nobody") == (0, 3)
     assert [s.id for s in store.expired_sandboxes(now)] == ["old"]
     assert store.sandbox("new") is not None
     assert store.sandbox("new").started_at.tzinfo is not None  # type: ignore[union-attr]

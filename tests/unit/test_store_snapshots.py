@@ -7,10 +7,14 @@ import secrets
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import pytest
 from sqlalchemy import create_engine, text
 
+from sandgate.config import load_config
+from sandgate.runtimes import Runtime
+from sandgate.sandboxes.snapshots import SnapshotService
 from sandgate.store import Sandbox, Snapshot, SnapshotPage, SnapshotRecords, Store
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -137,3 +141,35 @@ def test_sandbox_lifecycle_columns_default_to_kill(store: Store) -> None:
     assert [r.id for r in store.kept_sandboxes()] == ["sb"]
     assert store.count_live("t") == 0
     assert [r.id for r in store.expired_sandboxes(NOW + timedelta(seconds=1))] == ["sb"]
+
+
+def test_a_snapshot_reference_resolves_by_id_then_by_name(store: Store, tmp_path: Path) -> None:
+    """``SnapshotService.resolve`` (every create asks it, in one statement): an id of the
+    team's ready snapshot, with its tag if one is given, else the team's ready snapshot of
+    that name and tag; never another team's, another kind's or one still saving."""
+    for team in ("team_a", "team_b"):
+        store.get_or_create_team(team, team, NOW)
+    records = SnapshotRecords(store)
+    records.add(_snapshot("s1", "team_a", 1))
+    records.add(_snapshot("s2", "team_a", 2, name="web", tag="default"))
+    records.add(_snapshot("p1", "team_a", 3, kind="pause", name="paused", tag="default"))
+    records.add(_snapshot("w1", "team_a", 4, state="saving", name="soon", tag="default"))
+    records.add(_snapshot("b1", "team_b", 5, name="web", tag="default"))
+    records.add(_snapshot("s4", "team_a", 6, name="b1", tag="default"))  # named as b1's id
+    (tmp_path / "sandgate.yaml").write_text("{}\n")
+    config = load_config(tmp_path / "sandgate.yaml", environ={"SANDGATE_HOME": str(tmp_path)})
+    service = SnapshotService(config, store, cast(Runtime, None))
+
+    def resolved(ref: str, team: str = "team_a") -> str | None:
+        found = service.resolve(team, ref)
+        return found.id if found is not None else None
+
+    assert resolved("s1") == "s1" and resolved("s1:default") == "s1"
+    assert resolved("s2:v9") is None  # its tag is default
+    assert resolved("web") == "s2" and resolved("web:default") == "s2"
+    assert resolved("team-a/web") == "s2" and resolved("team_b/web") is None
+    assert resolved("web", "team_b") == "b1" and resolved("s2", "team_b") is None
+    assert resolved("b1") == "s4"  # team_b's id: not team_a's; team_a's snapshot of that name
+    assert resolved("paused") is None and resolved("p1") is None  # a pause is no snapshot
+    assert resolved("soon") is None and resolved("w1") is None  # still saving
+    assert resolved("base") is None  # a template's name

@@ -1329,14 +1329,13 @@ class SandboxService:
         return value
 
     def _check_quotas(self, team_id: str) -> None:
-        team_live = self._store.count_live(team_id)
+        team_live, total = self._store.live_counts(team_id)
         if team_live >= self._limits.max_sandboxes_per_team:
             raise QuotaExceeded(
                 f"your team already has {team_live} sandboxes; the limit is "
                 f"{self._limits.max_sandboxes_per_team} (limits.max_sandboxes_per_team). "
                 "Kill one or raise the limit"
             )
-        total = self._store.count_live()
         if total >= self._limits.max_sandboxes_total:
             raise QuotaExceeded(
                 f"this server already runs {total} sandboxes; the limit is "

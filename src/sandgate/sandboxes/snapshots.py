@@ -236,7 +236,10 @@ class SnapshotService:
         if slash and namespace != self.namespace(team_id):
             return None
         head, _, tag = body.partition(":")
-        by_id = self._records.get(head)
+        candidates = self._records.by_id_or_name(
+            head, team_id, SnapshotKind.SNAPSHOT, tag or DEFAULT_TAG
+        )
+        by_id = next((c for c in candidates if c.id == head), None)
         if (
             by_id is not None
             and by_id.team_id == team_id
@@ -245,8 +248,14 @@ class SnapshotService:
             and (not tag or tag == (by_id.tag or DEFAULT_TAG))
         ):
             return by_id
-        for named in self._records.named(team_id, SnapshotKind.SNAPSHOT, head, tag or DEFAULT_TAG):
-            if named.state == SnapshotState.READY.value:
+        for named in candidates:
+            if (
+                named.team_id == team_id
+                and named.kind == SnapshotKind.SNAPSHOT.value
+                and named.name == head
+                and named.tag == (tag or DEFAULT_TAG)
+                and named.state == SnapshotState.READY.value
+            ):
                 return named
         return None
 

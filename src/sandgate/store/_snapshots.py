@@ -26,6 +26,17 @@ _NAMED = select(Snapshot).where(
     Snapshot.name == bindparam("name"),
     Snapshot.tag == bindparam("tag"),
 )
+#: ``SnapshotService.resolve``'s candidates in one statement: the snapshot with the id, and
+#: the team's of the kind carrying the name and tag.
+_BY_ID_OR_NAME = select(Snapshot).where(
+    (Snapshot.id == bindparam("name"))
+    | (
+        (Snapshot.team_id == bindparam("team_id"))
+        & (Snapshot.kind == bindparam("kind"))
+        & (Snapshot.name == bindparam("name"))
+        & (Snapshot.tag == bindparam("tag"))
+    )
+)
 _OF_SOURCE = select(Snapshot).where(
     Snapshot.source_sandbox_id == bindparam("sandbox_id"), Snapshot.kind == bindparam("kind")
 )
@@ -75,6 +86,13 @@ class SnapshotRecords:
         with self._store.session() as s:
             params = {"team_id": team_id, "kind": kind, "name": name, "tag": tag}
             return s.scalars(_NAMED, params).all()
+
+    def by_id_or_name(self, ref: str, team_id: str, kind: str, tag: str) -> Sequence[Snapshot]:
+        """The snapshot whose id is ``ref`` (any team's, any kind: the caller checks) and the
+        team's of ``kind`` named ``ref:tag``, in one statement (every create asks)."""
+        with self._store.session() as s:
+            params = {"name": ref, "team_id": team_id, "kind": kind, "tag": tag}
+            return s.scalars(_BY_ID_OR_NAME, params).all()
 
     def of_source(self, sandbox_id: str, kind: str) -> Sequence[Snapshot]:
         with self._store.session() as s:
