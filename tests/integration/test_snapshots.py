@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sandgate.guest.protocol import EGRESS_PROXY_PORT
 from tests.fixtures.runtimes import RuntimeView
 from tests.fixtures.server import RunningServer
 from tests.framework.envd import create, run
@@ -99,8 +100,12 @@ def test_pause_to_disk_frees_the_sandbox_and_reboot_resumes_a_frozen_one(
     runtime_server: RunningServer, runtime_view: RuntimeView
 ) -> None:
     server = runtime_server
-    created = create(server.url, server.api_key, timeout=300)
+    created = create(server.url, server.api_key, timeout=300, envVars={"FOO": "bar"})
     sid, token = created["sandboxID"], created["envdAccessToken"]
+    # The caller's variable and the hooks' (the egress proxy's, the tool gateway's), which
+    # reach a guest booted again from its files once its hooks have attached.
+    envs = 'printf \'%s|%s|%s\\n\' "$FOO" "$HTTPS_PROXY" "$PYTHONPATH"'
+    expected_envs = f"bar|http://127.0.0.1:{EGRESS_PROXY_PORT}|/run/sandgate/tools/python\n"
     # Run inside the sandbox: pgrep sees only its own pid namespace, never the host's sleepers.
     probe = "cat /home/user/n.txt; pgrep -x sleep >/dev/null && echo sleeping || echo no-sleep"
     try:
@@ -136,6 +141,7 @@ def test_pause_to_disk_frees_the_sandbox_and_reboot_resumes_a_frozen_one(
         assert resumed.status_code == 201, resumed.text
         assert runtime_view.exists(sid)
         assert run(server.url, sid, token, probe).stdout == "n\nno-sleep\n"
+        assert run(server.url, sid, token, envs).stdout == expected_envs
     finally:
         httpx.delete(f"{server.url}/sandboxes/{sid}", headers=_h(server))
 

@@ -15,12 +15,12 @@ from sandgate.store import Sandbox
 
 class SandboxHook(Protocol):
     async def attach(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
-        """Called while a new sandbox's guest starts (before anything else runs in it: the
-        create waits for every hook), before a stored one is booted again, and when a
+        """Called while a new sandbox's guest starts, or a stored one's starts again (before
+        anything else runs in it: the create or resume waits for every hook), and when a
         restarted gateway adopts a running one. ``host_dir`` is mounted at ``/run/sandgate``
         inside the sandbox; files and sockets placed there are visible to it. Returns
-        environment variables to add to every process of a *new* sandbox (ignored on
-        adoption). Raising aborts a create (the sandbox is removed again)."""
+        environment variables to add to every process of a new or resumed sandbox (ignored
+        on adoption). Raising aborts a create or resume (the sandbox is stopped again)."""
         ...
 
     async def detach(self, sandbox_id: str) -> None:

@@ -426,7 +426,7 @@ class SandboxService:
         guest (and the template's service) answers; returns the runtime reference. ``layer``
         is a saved layer its disk starts as; ``image_ref`` the image it was saved over.
 
-        ``attach`` (a new sandbox's hooks) runs while the guest starts: a guest's start is
+        ``attach`` (the sandbox's hooks) runs while the guest starts: a guest's start is
         most of a create and leaves the gateway idle, and the hooks' sockets, stubs and
         audit records need nothing of it (attached any earlier, they compete with the
         runtime's own work for the interpreter: no faster, measured). Their variables join
@@ -633,16 +633,16 @@ class SandboxService:
             wanted = [{"name": m["name"], "path": m["path"]} for m in row.volume_mounts or []]
             mounts = await self._claim_volumes(row.team_id, wanted)
             make_host_dir(host_dir, exist_ok=True)
-            extra_envs = await self._attach(row, host_dir)
             ref = await self._boot(
                 row.id,
                 template,
                 row.cpu_count,
                 row.memory_mb,
-                {**extra_envs, **self._snapshots.envs_in(layer)},
+                self._snapshots.envs_in(layer),
                 mounts,
                 image_ref=layer.image_ref,
                 layer=self._snapshots.archive(layer),
+                attach=partial(self._attach, row, host_dir),
             )
             now = self._store.sandbox(row.id)
             if now is None or now.state != SandboxState.RESUMING:
