@@ -9,6 +9,7 @@ import re
 import statistics
 import subprocess
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,23 @@ def side_sources(parser: argparse.ArgumentParser, args: argparse.Namespace) -> d
     if not (args.previous_src / "sandgate" / "__init__.py").is_file():
         parser.error(f"{args.previous_src} holds no sandgate package (give the tree's src)")
     return {"this": ROOT / "src", "previous": args.previous_src.resolve()}
+
+
+def round_medians(
+    rounds: Sequence[Mapping[str, Any]], names: Iterable[str]
+) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """For rounds of ``{name: {key: value}}``: each name's median per key over the rounds, and
+    the median per key of the per-round differences ``this - previous`` (what a paired bench
+    reports: a difference taken inside each round cancels that round's machine speed)."""
+    median = {
+        name: {key: statistics.median(rnd[name][key] for rnd in rounds) for key in rounds[0][name]}
+        for name in names
+    }
+    difference = {
+        key: statistics.median(rnd["this"][key] - rnd["previous"][key] for rnd in rounds)
+        for key in rounds[0]["this"]
+    }
+    return median, difference
 
 
 def side_order(index: int) -> list[str]:

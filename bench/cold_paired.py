@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -48,6 +47,7 @@ from bench._report import (
     add_side_arguments,
     machine,
     pct,
+    round_medians,
     side_order,
     side_sources,
     timed,
@@ -56,8 +56,6 @@ from bench._report import (
 )
 from bench._workers import run_sdk_worker
 from bench.bursts import raw_burst, raw_bwrap
-
-_SIDE_KEYS = ("envd_p50_ms", "sdk_p50_ms", "sdk_burst_ms", "cpu_ms_per_sandbox")
 
 
 def _server(factory: ServerFactory, src: Path) -> RunningServer:
@@ -219,17 +217,7 @@ def main() -> None:
                 loads.append(os.getloadavg()[0])
         finally:
             factory.close()
-    median: dict[str, dict[str, float]] = {
-        side: {key: statistics.median(rnd[side][key] for rnd in rounds) for key in _SIDE_KEYS}
-        for side in sources
-    }
-    median["raw"] = {
-        key: statistics.median(rnd["raw"][key] for rnd in rounds) for key in rounds[0]["raw"]
-    }
-    difference = {
-        key: statistics.median(rnd["this"][key] - rnd["previous"][key] for rnd in rounds)
-        for key in _SIDE_KEYS
-    }
+    median, difference = round_medians(rounds, [*sources, "raw"])
     result = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),

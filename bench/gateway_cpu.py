@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from bench._report import (
     add_side_arguments,
     machine,
     pct,
+    round_medians,
     side_order,
     side_sources,
     write_results,
@@ -168,17 +168,7 @@ def main() -> None:
                 loads.append(os.getloadavg()[0])
         finally:
             factory.close()
-    median = {
-        side: {
-            key: statistics.median(rnd[side][key] for rnd in rounds)
-            for key in rounds[0][side]
-        }
-        for side in sources
-    }  # fmt: skip
-    difference = {
-        key: statistics.median(rnd["this"][key] - rnd["previous"][key] for rnd in rounds)
-        for key in rounds[0]["this"]
-    }
+    median, difference = round_medians(rounds, sources)
     command = (
         f"uv run python bench/gateway_cpu.py --previous-src DIR --runtime {args.runtime} "
         f"--rounds {args.rounds} --commands {args.commands} --stream-mib {args.stream_mib}"
