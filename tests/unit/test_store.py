@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, create_engine, inspect, text
 from sqlalchemy import event as sqlalchemy_event
+from sqlalchemy.exc import IntegrityError
 
 from sandgate.access import authenticate_api_key, create_api_key
 from sandgate.errors import Unauthenticated
@@ -472,3 +473,28 @@ def test_audit_search_is_the_teams_newest_first_with_filters(store: Store) -> No
     assert seqs(since=start + timedelta(minutes=2), until=start + timedelta(minutes=5)) == [4, 2]
     assert seqs(before_seq=4, limit=1) == [2]
     assert seqs(sandbox_id="s1", agent="analyst") == [5, 1]
+
+
+def _audit_row(seq: int) -> dict[str, object]:
+    return {
+        "seq": seq, "time": datetime.now(UTC), "event": "tool.call", "sandbox_id": "s",
+        "team_id": None, "agent": None, "tool": "kv", "action": "get", "outcome": "allowed",
+        "rule_id": None, "duration_ms": 1.0, "hash": f"{seq:064x}",
+    }  # fmt: skip
+
+
+def test_the_audit_indexer_keeps_its_connection_and_a_failed_batch_leaves_nothing(
+    store: Store,
+) -> None:
+    indexer = store.audit_indexer()
+    try:
+        indexer.add([_audit_row(1), _audit_row(2)])
+        indexer.add([_audit_row(3)])
+        assert store.audit_head() == (3, f"{3:064x}")
+        with pytest.raises(IntegrityError):
+            indexer.add([_audit_row(4), _audit_row(3)])  # seq 3 again: the whole batch fails
+        assert store.audit_head() == (3, f"{3:064x}")  # record 4 was not kept either
+        indexer.add([_audit_row(4)])  # the next batch connects afresh
+        assert sorted(store.audit_hashes(1, 10)) == [1, 2, 3, 4]
+    finally:
+        indexer.close()

@@ -261,6 +261,14 @@ class Application:
 
     @asynccontextmanager
     async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+        # The audit log is sealed, written and indexed by a process of its own, beside the
+        # event loop's interpreter (sandgate.audit._process).
+        logging = self.config.logging
+        await asyncio.to_thread(
+            self.gateway.audit.start_process,
+            log_level=logging.level,
+            json_logs=logging.json_logs,
+        )
         # The whole log is verified in the background: damage anywhere fails appends closed.
         full_check = asyncio.create_task(
             asyncio.to_thread(self.gateway.audit.check_head, full=True), name="audit-verify"

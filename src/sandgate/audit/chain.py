@@ -20,7 +20,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["GENESIS", "VerifyResult", "canonical", "link_problem", "seal", "verify_lines"]
+__all__ = [
+    "GENESIS",
+    "VerifyResult",
+    "canonical",
+    "link_problem",
+    "linked",
+    "seal",
+    "verify_lines",
+]
 
 GENESIS = "0" * 64
 
@@ -35,10 +43,20 @@ def _digest(prev: str, body: dict[str, Any]) -> str:
 
 def seal(record: dict[str, Any], seq: int, prev: str) -> dict[str, Any]:
     """The record with ``seq``, ``prev`` and its ``hash`` set."""
+    body = _body(record, seq, prev)
+    return {**body, "hash": _digest(prev, body)}
+
+
+def linked(record: dict[str, Any], seq: int, prev: str, digest: str) -> dict[str, Any]:
+    """The record as ``seal`` made it elsewhere (the writer process), given its link."""
+    return {**_body(record, seq, prev), "hash": digest}
+
+
+def _body(record: dict[str, Any], seq: int, prev: str) -> dict[str, Any]:
     body = {k: v for k, v in record.items() if k != "hash"}
     body["seq"] = seq
     body["prev"] = prev
-    return {**body, "hash": _digest(prev, body)}
+    return body
 
 
 @dataclass(frozen=True)

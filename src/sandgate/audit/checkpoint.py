@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from sandgate.audit.chain import canonical
 
@@ -59,6 +60,15 @@ class Checkpointer:
         self._every_s = every_s
         self._last_seq: int | None = None
         self._last_time = 0.0
+
+    def settings(self) -> dict[str, Any]:
+        """What another process needs to write the same checkpoints (the writer process)."""
+        return {
+            "path": str(self.path),
+            "key": self.key.hex(),
+            "every_records": self._every_records,
+            "every_s": self._every_s,
+        }
 
     def due(self, seq: int) -> bool:
         if self._last_seq is None:

@@ -46,11 +46,12 @@ from typing import Any, NoReturn
 import structlog
 
 from sandgate.audit._file import Head, file_lines, read_head, records_after
-from sandgate.audit.chain import GENESIS, VerifyResult, canonical, link_problem, seal
+from sandgate.audit._process import WriterProcess
+from sandgate.audit.chain import GENESIS, VerifyResult, canonical, link_problem, linked, seal
 from sandgate.audit.checkpoint import Checkpointer, read_checkpoints
 from sandgate.audit.verify import RECOVERED_EVENT, verify_log
 from sandgate.errors import AuditTampered, AuditUnavailable, Conflict, SandgateError
-from sandgate.store import Store
+from sandgate.store import AuditIndexer, Store
 
 __all__ = ["AuditHealth", "AuditLog", "AuditState"]
 
@@ -163,6 +164,10 @@ class AuditLog:
         #: Told of each durable record and the seconds since it was submitted (the metrics);
         #: called on the writer thread, must be quick and must not raise.
         self.on_commit: Callable[[dict[str, Any], float], None] | None = None
+        #: Seals, writes and indexes the batches once started (``start_process``).
+        self._process: WriterProcess | None = None
+        #: Indexes the records on one connection (under the ``flock``, so one thread at once).
+        self._indexer: AuditIndexer | None = None
 
     # -- writing --------------------------------------------------------------------------
 
@@ -213,19 +218,67 @@ class AuditLog:
         except OSError as exc:
             raise _unavailable(self.path, exc) from None
 
+    def start_process(self, *, log_level: str = "info", json_logs: bool = False) -> bool:
+        """Moves sealing, writing and indexing into a process of its own (``serve``: see
+        ``audit._process``); the writer thread hands it each batch. False (logged) when it
+        cannot start: the writer thread then writes, as it does for every other command.
+        The store must be one another process can open (not an in-memory SQLite)."""
+        setup: dict[str, Any] = {
+            "directory": str(self._directory),
+            "store_url": None,
+            "fsync": self._fsync,
+            "checkpoint": None,
+            "log_level": log_level,
+            "json_logs": json_logs,
+        }
+        if self._store is not None:
+            url = self._store.engine.url
+            if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+                log.warning("audit.writer_in_thread", why="the store is in memory")
+                return False
+            setup["store_url"] = url.render_as_string(hide_password=False)
+        if self._checkpoint is not None:
+            setup["checkpoint"] = self._checkpoint.settings()
+        process = WriterProcess(setup)
+        try:
+            process.start()
+        except (AuditUnavailable, OSError) as exc:
+            log.error("audit.writer_in_thread", why=str(exc))
+            return False
+        self._process = process
+        return True
+
     def close(self) -> None:
-        """Writes what is queued, then stops the writer thread (a later submit restarts it)."""
+        """Writes what is queued, then stops the writer thread (a later submit restarts it)
+        and the writer process."""
         with self._thread_lock:
             thread, self._thread = self._thread, None
         if thread is not None:
             self._queue.put(None)
             thread.join()
+        process, self._process = self._process, None
+        if process is not None:
+            process.close()
+        indexer, self._indexer = self._indexer, None
+        if indexer is not None:
+            indexer.close()
 
     # -- health ---------------------------------------------------------------------------
 
     @property
     def health(self) -> AuditHealth:
         return self._health
+
+    @property
+    def writer_pid(self) -> int | None:
+        """The writer process's pid while one writes (``start_process``), else None."""
+        process = self._process
+        return process.pid if process is not None else None
+
+    @property
+    def tampered_inode(self) -> int | None:
+        """The inode of the file found tampered (a new file at the path is checked afresh)."""
+        return self._tampered_inode
 
     def check_head(self, *, full: bool = False) -> AuditHealth:
         """Checks the file's head against the anchor now (at start, by ``doctor``), and with
@@ -352,19 +405,25 @@ class AuditLog:
 
     def _write_batch(self, batch: list[_Pending]) -> None:
         writable: list[_Pending] = []
+        lines: list[str] = []
         for pending in batch:
             # A caller that was cancelled no longer waits, but its record is still written.
             pending.start()
             try:
-                canonical(pending.record)
+                lines.append(canonical(pending.record))
             except (TypeError, ValueError) as exc:
                 pending.settle(None, AuditUnavailable(f"an audit record cannot be encoded ({exc})"))
                 continue
             writable.append(pending)
         if not writable:
             return
+        records = [pending.record for pending in writable]
         try:
-            sealed = self._commit([p.record for p in writable])
+            process = self._process
+            if process is not None:
+                sealed = self._commit_in_process(process, records, lines)
+            else:
+                sealed = self.commit(records)
         except SandgateError as exc:
             for pending in writable:
                 pending.settle(None, exc)
@@ -384,8 +443,36 @@ class AuditLog:
                 except Exception:  # an observer's bug must not leave callers waiting
                     log.exception("audit.observer_failed")
 
-    def _commit(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """One batch: head check, seal, one write, one fsync, one index transaction."""
+    def _commit_in_process(
+        self, process: WriterProcess, records: list[dict[str, Any]], lines: list[str]
+    ) -> list[dict[str, Any]]:
+        """``commit`` in the writer process; its verdict on a tampered log becomes this
+        log's health, as if this process had found it."""
+        try:
+            links = process.commit(lines)
+        except AuditTampered:
+            verdict = process.tampered
+            if verdict is not None:
+                if self._health.state is not AuditState.TAMPERED:
+                    log.error(
+                        "audit.tampered",
+                        problem=verdict.problem,
+                        first_bad_record=verdict.first_bad,
+                    )
+                self._health = AuditHealth(
+                    AuditState.TAMPERED, verdict.problem, verdict.first_bad, verdict.since
+                )
+                self._tampered_inode = verdict.inode
+            raise
+        self._last = None  # the file moved on without this process: read its head afresh
+        self.records_written += len(links)
+        self.batches += 1
+        return [linked(record, *link) for record, link in zip(records, links, strict=True)]
+
+    def commit(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Seals and appends one batch now, on the calling thread (the writer thread, or the
+        writer process): head check, seal, one write, one fsync, one index transaction.
+        Returns the sealed records; raises ``AuditTampered`` or ``AuditUnavailable``."""
         self._refuse_if_tampered()
         with self._locked() as fd:
             head = self._verified_head(fd)
@@ -552,7 +639,9 @@ class AuditLog:
         if self._store is None:
             return
         try:
-            self._store.add_audit_entries([_entry(record) for record in records])
+            if self._indexer is None:
+                self._indexer = self._store.audit_indexer()
+            self._indexer.add([_entry(record) for record in records])
         except Exception as exc:  # the file is the record of truth; the gap is indexed later
             log.error("audit.index_failed", first=records[0]["seq"], error=repr(exc)[:300])
 

@@ -4,7 +4,7 @@ from sandgate.store._agents import ACTIVE_RUN_STATES, AgentRecords
 from sandgate.store._channels import ChannelRecords
 from sandgate.store._secrets import SecretRecords
 from sandgate.store._snapshots import SnapshotPage, SnapshotRecords
-from sandgate.store._store import KEPT_STATES, LIVE_STATES, SandboxPage, Store
+from sandgate.store._store import KEPT_STATES, LIVE_STATES, AuditIndexer, SandboxPage, Store
 from sandgate.store._telemetry import NewLogEntry, SamplePoint, TelemetryRecords
 from sandgate.store._templates import TemplateRecords
 from sandgate.store._volumes import VolumeRecords
@@ -46,6 +46,7 @@ __all__ = [
     "AgentSession",
     "ApiKey",
     "AuditEntry",
+    "AuditIndexer",
     "ChannelChat",
     "ChannelCursor",
     "ChannelRecords",

@@ -7,6 +7,7 @@ as is. Migrations (Alembic) run on open, so a new version upgrades the schema in
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -114,6 +115,12 @@ class Store:
         store = cls(engine)
         store.migrate()
         return store
+
+    @classmethod
+    def connect(cls, url: str) -> Store:
+        """The store at ``url`` as another process of the same server opens it (the audit
+        writer process): connected, not migrated (the server migrated it)."""
+        return cls(_create_engine(url))
 
     def migrate(self) -> None:
         """Brings the schema to ``SCHEMA_HEAD``.
@@ -363,6 +370,10 @@ class Store:
         with self.engine.begin() as connection:
             connection.execute(_AUDIT_INSERT, list(entries))
 
+    def audit_indexer(self) -> AuditIndexer:
+        """``add_audit_entries`` on one connection kept for the audit writer's life."""
+        return AuditIndexer(self.engine)
+
     def audit_head(self) -> tuple[int, str] | None:
         """(seq, hash) of the last indexed audit record: the log's anchor in the store."""
         with self.session() as s:
@@ -444,6 +455,39 @@ class Store:
     def last_audit_entry(self) -> AuditEntry | None:
         with self.session() as s:
             return s.scalar(select(AuditEntry).order_by(AuditEntry.seq.desc()).limit(1))
+
+
+class AuditIndexer:
+    """Indexes the audit writer's batches on one connection it keeps: checking a connection
+    out of the pool and back in for every batch cost as much as the insert itself (the
+    writer's whole batch waits on it). Used by one thread at a time: the audit writer indexes
+    only under the log's ``flock``. A failed batch drops the connection (rolled back); the
+    next batch connects afresh, so a restarted database costs one failed batch's index rows,
+    which the log's head check indexes later."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._connection: Connection | None = None
+
+    def add(self, entries: Sequence[dict[str, Any]]) -> None:
+        """Indexes a batch (``AuditEntry`` columns) in one transaction, all or none."""
+        if not entries:
+            return
+        connection = self._connection
+        if connection is None:
+            connection = self._connection = self._engine.connect()
+        try:
+            with connection.begin():
+                connection.execute(_AUDIT_INSERT, list(entries))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                connection.close()
 
 
 #: The audit index's insert, built once (a Core insert on the table, see ``add_audit_entries``).

@@ -1,0 +1,143 @@
+"""The audit writer process (``serve``): the server's interpreter only hands batches over.
+
+Each test starts a real process of this interpreter on a real file and SQLite index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from sandgate.audit import AuditLog, AuditState, Checkpointer, read_checkpoints
+from sandgate.errors import AuditTampered
+from sandgate.store import Store
+
+KEY = b"checkpoint-test-key"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A SQLite file, or a database of its own on the test PostgreSQL (password and all:
+    the process opens it from the URL)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'db.sqlite'}"
+        return
+    base = os.environ.get("SANDGATE_TEST_POSTGRES_URL")
+    if not base:
+        pytest.fail("SANDGATE_TEST_POSTGRES_URL is not set: run the suite with scripts/test")
+    name = "sg_audit_" + secrets.token_hex(4)
+    admin = create_engine(
+        base.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
+    )
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    yield base.rsplit("/", 1)[0] + "/" + name
+    with admin.connect() as conn:
+        conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
+    admin.dispose()
+
+
+def build(home: Path) -> AuditLog:
+    return AuditLog(home / "audit", Store.open(f"sqlite:///{home / 'db.sqlite'}"))
+
+
+def file_records(log: AuditLog) -> list[dict[str, object]]:
+    return [json.loads(line) for line in log.path.read_text().splitlines()]
+
+
+def test_the_process_seals_writes_indexes_and_checkpoints_what_the_loop_queues(
+    tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store.open(store_url)
+    checkpointer = Checkpointer(tmp_path / "anchor" / "audit.anchor", KEY, 10, 3600)
+    log = AuditLog(tmp_path / "audit", store, checkpoint=checkpointer)
+    assert log.start_process()
+    pid = log.writer_pid
+    assert pid is not None and pid != os.getpid()
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd)))
+
+    async def many() -> list[dict[str, object]]:
+        return await asyncio.gather(
+            *(log.write({"event": "tool.call", "tool": "kv", "n": n}) for n in range(50))
+        )
+
+    sealed = asyncio.run(many())
+    try:
+        assert [r["seq"] for r in sealed] == list(range(1, 51))
+        # What each caller got back is the record as the process wrote it, hash included.
+        assert sealed == file_records(log)
+        assert fsyncs == []  # every fsync happened in the writer process
+        assert log.records_written == 50 and log.batches <= 50
+        assert store.audit_head() == (50, sealed[-1]["hash"])
+        points = read_checkpoints(tmp_path / "anchor" / "audit.anchor", KEY)
+        assert points and all(p.valid for p in points) and points[-1].seq >= 10
+        assert log.verify().ok
+    finally:
+        log.close()
+        store.close()
+    assert log.writer_pid is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped: the process ended with the log
+
+
+def test_tampering_found_by_the_process_fails_the_server_closed_until_recovered(
+    tmp_path: Path,
+) -> None:
+    log = build(tmp_path)
+    assert log.start_process()
+    try:
+        for n in range(6):
+            log.append({"event": "tool.call", "n": n})
+        content = log.path.read_text().splitlines()
+        log.path.write_text("".join(line + "\n" for line in content[:4]))  # records 5, 6 cut
+
+        with pytest.raises(AuditTampered) as refused:
+            log.append({"event": "tool.call", "n": 6})
+        assert "first bad record: 5" in refused.value.message
+        # The server now knows what the process found: health, and calls refused before
+        # any tool runs.
+        assert log.health.state is AuditState.TAMPERED and log.health.first_bad == 5
+        with pytest.raises(AuditTampered):
+            log.check_writable()
+
+        record = log.recover(by="test")
+        assert record["seq"] == 7
+        assert log.append({"event": "tool.call", "n": 7})["seq"] == 8
+        assert log.health.state is AuditState.OK and log.verify().ok
+    finally:
+        log.close()
+
+
+def test_a_writer_process_that_died_is_started_again_and_the_chain_goes_on(
+    tmp_path: Path,
+) -> None:
+    log = build(tmp_path)
+    assert log.start_process()
+    try:
+        first = log.append({"event": "tool.call", "n": 0})
+        dead = log.writer_pid
+        assert dead is not None
+        os.kill(dead, signal.SIGKILL)
+        os.waitpid(dead, 0)
+
+        second = log.append({"event": "tool.call", "n": 1})
+        assert second["seq"] == first["seq"] + 1 and second["prev"] == first["hash"]
+        assert log.writer_pid not in (None, dead)
+        assert log.verify().ok
+    finally:
+        log.close()
+
+
+def test_an_in_memory_store_keeps_the_writer_in_this_process() -> None:
+    log = AuditLog(Path("/nonexistent"), Store.open("sqlite:///:memory:"))
+    assert log.start_process() is False and log.writer_pid is None
