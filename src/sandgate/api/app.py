@@ -262,12 +262,16 @@ class Application:
     @asynccontextmanager
     async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         # The audit log is sealed, written and indexed by a process of its own, beside the
-        # event loop's interpreter (sandgate.audit._process).
+        # event loop's interpreter (sandgate.audit._process). It starts in the background
+        # (its imports take a moment); until it is ready the writer thread writes.
         logging = self.config.logging
-        await asyncio.to_thread(
-            self.gateway.audit.start_process,
-            log_level=logging.level,
-            json_logs=logging.json_logs,
+        writer = asyncio.create_task(
+            asyncio.to_thread(
+                self.gateway.audit.start_process,
+                log_level=logging.level,
+                json_logs=logging.json_logs,
+            ),
+            name="audit-writer-process",
         )
         # The whole log is verified in the background: damage anywhere fails appends closed.
         full_check = asyncio.create_task(
@@ -300,6 +304,7 @@ class Application:
             await self.gateway.registry.close()
             await asyncio.to_thread(self.gateway.approvals.close)
             await full_check
+            await writer
             await asyncio.to_thread(self.gateway.audit.close)
             self.store.close()
             if self.config.observability.traces:

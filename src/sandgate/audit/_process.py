@@ -13,7 +13,9 @@ the anchor, tamper verdicts, fsync, index and checkpoints. It holds no state a c
 lose: a record is acknowledged only once durable and indexed, and a crash between the two is
 what the next head check repairs (``_index_gap``). It reads one batch per line on its stdin
 and answers one line on its stdout; it ends when its stdin closes (the server ended, however),
-so it never outlives the server. Its logs go to the server's stderr.
+so it never outlives the server, and it ignores SIGINT and SIGTERM (a batch is never cut
+short: the server, told to stop, writes what it holds and then closes the pipe). Its logs go
+to the server's stderr.
 
 Wire (JSON lines): the first line is the set-up (``directory``, ``store_url``, ``fsync``,
 ``checkpoint``, ``log_level``, ``json_logs``), answered ``{"ready": true}``; then each line is
@@ -26,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -74,6 +77,8 @@ class WriterProcess:
             stdout=subprocess.PIPE,
             close_fds=True,
             env=env,
+            # Its own session: a terminal's Ctrl-C goes to the server, which ends it in turn.
+            start_new_session=True,
         )
         self._process = process
         try:
@@ -173,6 +178,11 @@ def _error_message(reply: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    # It ends when the server closes its stdin, never in the middle of a batch: a signal
+    # meant for the server (a service manager's SIGTERM to the whole group) is the server's
+    # to act on, and the server then closes the pipe.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # Replies go to the pipe the server reads; anything else printed goes to stderr.
     replies: IO[bytes] = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)

@@ -222,7 +222,9 @@ class AuditLog:
         """Moves sealing, writing and indexing into a process of its own (``serve``: see
         ``audit._process``); the writer thread hands it each batch. False (logged) when it
         cannot start: the writer thread then writes, as it does for every other command.
-        The store must be one another process can open (not an in-memory SQLite)."""
+        The store must be one another process can open (not an in-memory SQLite). May run
+        on any thread while records are written (they are, on the thread, until the process
+        is ready); ``close`` only once it has returned."""
         setup: dict[str, Any] = {
             "directory": str(self._directory),
             "store_url": None,

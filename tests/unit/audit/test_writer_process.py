@@ -9,7 +9,10 @@ import asyncio
 import json
 import os
 import secrets
+import select
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,3 +144,56 @@ def test_a_writer_process_that_died_is_started_again_and_the_chain_goes_on(
 def test_an_in_memory_store_keeps_the_writer_in_this_process() -> None:
     log = AuditLog(Path("/nonexistent"), Store.open("sqlite:///:memory:"))
     assert log.start_process() is False and log.writer_pid is None
+
+
+def test_the_process_ignores_signals_meant_for_the_server(tmp_path: Path) -> None:
+    """A service manager signals the whole group; the process must not die mid-batch, it
+    ends when the server closes its pipe."""
+    log = build(tmp_path)
+    assert log.start_process()
+    try:
+        pid = log.writer_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGINT)
+        assert log.append({"event": "tool.call"})["seq"] == 1
+        assert log.writer_pid == pid  # the same process wrote it
+    finally:
+        log.close()
+
+
+SERVER = """
+import sys
+from pathlib import Path
+from sandgate.audit import AuditLog
+from sandgate.store import Store
+home = Path(sys.argv[1])
+log = AuditLog(home / "audit", Store.open(f"sqlite:///{home / 'db.sqlite'}"))
+assert log.start_process()
+log.append({"event": "tool.call"})
+print(log.writer_pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_process_ends_when_the_server_is_killed(tmp_path: Path) -> None:
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert server.stdout is not None
+        writer = int(server.stdout.readline())
+        ended = os.pidfd_open(writer)  # readable once the process has ended
+        try:
+            server.kill()  # no chance to close anything
+            server.wait()
+            # Its stdin's end is all the process needs: it exits at once.
+            readable, _, _ = select.select([ended], [], [], 60)
+            assert readable == [ended]
+        finally:
+            os.close(ended)
+    finally:
+        server.kill()
+        server.wait()
