@@ -230,8 +230,9 @@ Measured {results["measured_at"]} on {machine()} (1-minute load average {loads} 
 Docker engine local. From inside a `base` sandbox, the generated Python client calls `kv get`
 over `/run/sandgate/gateway.sock` (one persistent connection): canonical name → scope →
 validate → policy → execute (SQLite) → redact → audit (JSONL, hash-chained, head checked
-against the store's anchor, fsync={"on" if results["fsync"] else "off"}, by the one writer
-thread with group commit; the call is answered once its record is fsynced and indexed).
+against the store's anchor, fsync={"on" if results["fsync"] else "off"}, group commit, by the
+server's audit writer process, to which its writer thread hands each batch; the call is
+answered once its record is fsynced and indexed).
 Baselines in the same run: the same client framing against a bare echo on a Unix socket in
 the same sandbox, and the disk's own append + fsync (before and after the sandbox passes).
 Reproduce, the previous code's run just before this code's (the previous commit's
@@ -285,22 +286,35 @@ stage by stage), and what changed (issue 17):
   and `AuditLog.write` waits on the loop's own future, which the writer settles from its
   thread. Interleaved runs of this script (4 per side, `--calls 4000`): 1114-1536 calls/s
   with 4 clients before, 1286-1797 after; p50 0.96-1.16 ms before, 0.92-1.06 after.
+- (2026-12-04, later) the audit writer thread's own Python (head check, sealing, the write,
+  the index transaction: per thread CPU times in a socket-level harness, ~150 µs of user time
+  per call against ~225 µs for the event loop's whole call) held the same interpreter lock
+  as the event loop, which also waited for it at each of its own system calls. `serve` now
+  runs the writer in a process of its own (`sandgate/audit/_process.py`): its writer thread
+  only hands over each batch's canonical lines and waits for their links (~50 µs of its CPU
+  per call, mostly blocked in the pipe). The index also keeps one connection for the
+  writer's life (a pool check-out and check-in per batch cost as much as the insert: 122 →
+  64 µs per one-row batch). Interleaved runs of this script against `76a4de1` (7 pairs,
+  `--calls 6000`, either side first in turn): 1441-1880 calls/s with 4 clients before,
+  1755-2249 after (medians 1552 and 2100; faster in every pair, by 260-808); with 16 clients
+  2246-3036 before, 2517-3631 after (medians 2860 and 3188); p50 0.82-1.07 ms before,
+  0.89-1.17 after (medians 1.02 and 0.97). The extra hop (a pipe each way) costs
+  a single caller about as much as the lock contention it removes: p50 moved by
+  +0.01 ms (median of the pairs' differences; -0.11 to +0.16).
 
-What stands in the way of the target on this machine: (1) the disk: a call is answered after
-its fsync, and this VM's fsync moves from 0.15 ms quiet to several ms when the other
-engineers' tests run (the fsync column, same run); with 4 clients, throughput is at most
-4 / round trip, so 2000 calls/s needs a round trip of 2 ms including that fsync. (2) One
-interpreter: the event loop and the writer thread share the GIL, and each call crosses
-between them twice (the record to the writer, the answer back); the 4 client threads in the
-sandbox and the gateway share the same 2 cores with everything else running. (3) What is
-left per call in Python (socket line → strict JSON → scope → validation → policy → kv →
-redaction → record → seal → write → index) measured 0.8 ms of CPU per call (process time,
-in-process harness, 1 caller, fsync off, load average about 9): no single stage dominates any
-more, each is tens of µs, and the index transaction is the largest; 2000 calls/s on one
-interpreter needs under 0.5 ms. `perf` on the gateway's main thread during the 4-client pass
-(2026-12-04): about a fifth of its time is the kernel waking the other threads (the GIL handed
-to the writer and the `kv` thread, their queues' semaphores) and switching tasks, the cost of
-the two crossings above rather than of any stage's Python.
+What decides the figure on this machine now: (1) the disk: a call is answered after its
+fsync, and this VM's fsync moves from 0.1 ms quiet to several ms when other work runs (the
+fsync column, same run). (2) The two cores: per call, the event loop's thread spends about
+0.25-0.3 ms (user + system), the `kv` thread 0.05, the writer thread 0.05-0.07, the writer
+process about as much as the writer thread did before (its fsync's kernel time included),
+and the 4 client threads in the sandbox 0.05-0.07: about 0.75 ms of CPU per call on 2 cores,
+so 2000 calls/s uses three quarters of the machine. (3) The event loop's own Python
+(2026-12-04 py-spy `--gil`, 4 clients): argument validation (`jsonschema`) about a quarter
+of its held time, the pipeline's other stages (policy, the record, redaction, truncation)
+about a third together, the socket's parsing and reply and the loop's own turns the rest.
+Before the writer process (2026-12-04, `perf`): about a fifth of the loop thread's time was
+the kernel waking the other threads (the GIL handed to the writer and the `kv` thread) and
+switching tasks.
 
 | tool kind, same client (ms, n={results["kind_calls"]}) | p50 | p95 | p99 |
 |---|---|---|---|
