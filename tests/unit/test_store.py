@@ -498,3 +498,34 @@ def test_the_audit_indexer_keeps_its_connection_and_a_failed_batch_leaves_nothin
         assert sorted(store.audit_hashes(1, 10)) == [1, 2, 3, 4]
     finally:
         indexer.close()
+
+
+@pytest.mark.postgres
+def test_the_audit_indexer_reconnects_when_postgres_dropped_its_idle_connection() -> None:
+    admin = create_engine(
+        _postgres_url().replace("postgresql://", "postgresql+psycopg://"),
+        isolation_level="AUTOCOMMIT",
+    )
+    name = f"sg_test_{secrets.token_hex(4)}"
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    store = Store.open(_postgres_url().rsplit("/", 1)[0] + "/" + name)
+    indexer = store.audit_indexer()
+    try:
+        indexer.add([_audit_row(1)])
+        # The database drops every connection while the indexer's is idle (as a restart
+        # would); the pool pings its own before use, the indexer finds out by failing.
+        with admin.connect() as conn:
+            dropped = conn.execute(
+                text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
+                {"n": name},
+            ).all()
+        assert dropped
+        indexer.add([_audit_row(2)])
+        assert sorted(store.audit_hashes(1, 10)) == [1, 2]
+    finally:
+        indexer.close()
+        store.close()
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
+        admin.dispose()

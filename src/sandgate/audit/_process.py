@@ -104,10 +104,9 @@ class WriterProcess:
         """Seals and writes the records (their canonical JSON, in order) as one batch;
         returns their links. Raises the ``SandgateError`` the process reported
         (``AuditTampered``, ``AuditUnavailable``), or ``AuditUnavailable`` when the process
-        is gone (it is started again for the next batch)."""
+        is gone or ends meanwhile (``AuditLog`` starts it again for the next batch)."""
         if not self.running:
-            self.close()
-            self.start()
+            raise AuditUnavailable("the audit writer process is not running")
         reply = self._exchange(b"[" + ",".join(texts).encode() + b"]\n")
         links = reply.get("links")
         if isinstance(links, list) and len(links) == len(texts):
@@ -155,7 +154,7 @@ class WriterProcess:
             raise AuditUnavailable(
                 "the audit writer process ended"
                 + (f" (exit code {code})" if code is not None else "")
-                + "; this record was not written, and the next one starts it again"
+                + " before it confirmed this record; the next record starts it again"
             )
         try:
             reply = json.loads(answer)

@@ -239,6 +239,8 @@ class AuditLog:
                 log.warning("audit.writer_in_thread", why="the store is in memory")
                 return False
             setup["store_url"] = url.render_as_string(hide_password=False)
+        if self._process is not None:
+            return True
         if self._checkpoint is not None:
             setup["checkpoint"] = self._checkpoint.settings()
         process = WriterProcess(setup)
@@ -422,6 +424,8 @@ class AuditLog:
         records = [pending.record for pending in writable]
         try:
             process = self._process
+            if process is not None and not process.running and not self._restart(process):
+                process = None
             if process is not None:
                 sealed = self._commit_in_process(process, records, lines)
             else:
@@ -444,6 +448,19 @@ class AuditLog:
                     self.on_commit(record, durable - pending.submitted)
                 except Exception:  # an observer's bug must not leave callers waiting
                     log.exception("audit.observer_failed")
+
+    def _restart(self, process: WriterProcess) -> bool:
+        """Starts a writer process that ended again; if it cannot start, this thread writes
+        from now on (logged), so a broken interpreter never stops the log."""
+        process.close()
+        try:
+            process.start()
+        except (AuditUnavailable, OSError) as exc:
+            log.error("audit.writer_in_thread", why=str(exc))
+            self._process = None
+            return False
+        log.warning("audit.writer_restarted", pid=process.pid)
+        return True
 
     def _commit_in_process(
         self, process: WriterProcess, records: list[dict[str, Any]], lines: list[str]

@@ -34,7 +34,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from sandgate.errors import RuntimeUnavailable
@@ -461,9 +461,9 @@ class AuditIndexer:
     """Indexes the audit writer's batches on one connection it keeps: checking a connection
     out of the pool and back in for every batch cost as much as the insert itself (the
     writer's whole batch waits on it). Used by one thread at a time: the audit writer indexes
-    only under the log's ``flock``. A failed batch drops the connection (rolled back); the
-    next batch connects afresh, so a restarted database costs one failed batch's index rows,
-    which the log's head check indexes later."""
+    only under the log's ``flock``. A connection the database dropped while it was idle (a
+    restart; the pool would have pinged it) is found by the batch's failure, which then runs
+    once more on a fresh connection; any other failure drops the connection and raises."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -473,15 +473,27 @@ class AuditIndexer:
         """Indexes a batch (``AuditEntry`` columns) in one transaction, all or none."""
         if not entries:
             return
-        connection = self._connection
-        if connection is None:
-            connection = self._connection = self._engine.connect()
         try:
-            with connection.begin():
-                connection.execute(_AUDIT_INSERT, list(entries))
+            self._insert(entries)
+        except DBAPIError as exc:
+            self.close()
+            if not exc.connection_invalidated:
+                raise
+            try:
+                self._insert(entries)  # nothing was committed: all or none, on a new connection
+            except BaseException:
+                self.close()
+                raise
         except BaseException:
             self.close()
             raise
+
+    def _insert(self, entries: Sequence[dict[str, Any]]) -> None:
+        connection = self._connection
+        if connection is None:
+            connection = self._connection = self._engine.connect()
+        with connection.begin():
+            connection.execute(_AUDIT_INSERT, list(entries))
 
     def close(self) -> None:
         connection, self._connection = self._connection, None

@@ -20,7 +20,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from sandgate.audit import AuditLog, AuditState, Checkpointer, read_checkpoints
-from sandgate.errors import AuditTampered
+from sandgate.audit._process import WriterProcess
+from sandgate.errors import AuditTampered, AuditUnavailable
 from sandgate.store import Store
 
 KEY = b"checkpoint-test-key"
@@ -197,3 +198,27 @@ def test_the_process_ends_when_the_server_is_killed(tmp_path: Path) -> None:
     finally:
         server.kill()
         server.wait()
+
+
+def test_a_writer_process_that_cannot_start_again_leaves_the_writing_to_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = build(tmp_path)
+    assert log.start_process()
+    try:
+        first = log.append({"event": "tool.call", "n": 0})
+        dead = log.writer_pid
+        assert dead is not None
+        os.kill(dead, signal.SIGKILL)
+        os.waitpid(dead, 0)
+
+        def cannot_start(self: WriterProcess) -> None:
+            raise AuditUnavailable("the audit writer process did not start: no interpreter")
+
+        monkeypatch.setattr(WriterProcess, "start", cannot_start)
+        second = log.append({"event": "tool.call", "n": 1})
+        assert second["seq"] == first["seq"] + 1 and second["prev"] == first["hash"]
+        assert log.writer_pid is None  # this process writes from now on
+        assert log.verify().ok
+    finally:
+        log.close()
