@@ -260,8 +260,16 @@ class WarmPool:
             ref = await self._boot(sandbox_id, template)
         except SandgateError as exc:
             pool.failures += 1
+            await self._discard(sandbox_id)  # told once nothing of it is left
             log.warning("pool.boot_failed", template=template.name, error=exc.message)
-            await self._discard(sandbox_id)
+            if pool.failures >= _MAX_FAILURES and pool.booting == 1:
+                # The last boot under way: nothing more starts until the next take.
+                log.warning(
+                    "pool.gave_up",
+                    template=template.name,
+                    failures=pool.failures,
+                    why="its boots keep failing; the next create of the template tries again",
+                )
         except asyncio.CancelledError:
             pool.booting -= 1
             await self._discard(sandbox_id)  # stopped mid-boot: leave nothing behind
