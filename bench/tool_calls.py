@@ -300,7 +300,12 @@ stage by stage), and what changed (issue 17):
   2246-3036 before, 2517-3631 after (medians 2860 and 3188); p50 0.82-1.07 ms before,
   0.89-1.17 after (medians 1.02 and 0.97). The extra hop (a pipe each way) costs
   a single caller about as much as the lock contention it removes: p50 moved by
-  +0.01 ms (median of the pairs' differences; -0.11 to +0.16).
+  +0.01 ms (median of the pairs' differences; -0.11 to +0.16). On a busy machine (CPU
+  pressure ~80 %, the test suite running beside a socket-level harness of the gateway with
+  4 client threads) the process first measured 2-3 x fewer calls/s than the thread (202-526
+  against 746-1119): started in a session of its own, it was an autogroup of its own, which
+  the scheduler made wait behind every other group at each batch. In the server's session
+  it measured the same as the thread there (629-853 against 612-806 calls/s, 5 pairs).
 
 What decides the figure on this machine now: (1) the disk: a call is answered after its
 fsync, and this VM's fsync moves from 0.1 ms quiet to several ms when other work runs (the

@@ -8,7 +8,7 @@ server's writer thread still takes each batch off the queue; it sends the record
 lines to this process and waits for their links on the chain (``seq``, ``prev``, ``hash``).
 
 The process is an ``AuditLog`` of the same file and store, committing batches one by one with
-the very code the thread uses (``AuditLog._commit``): the same ``flock``, head check against
+the very code the thread uses (``AuditLog.commit``): the same ``flock``, head check against
 the anchor, tamper verdicts, fsync, index and checkpoints. It holds no state a crash could
 lose: a record is acknowledged only once durable and indexed, and a crash between the two is
 what the next head check repairs (``_index_gap``). It reads one batch per line on its stdin
@@ -33,11 +33,14 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import structlog
 
 from sandgate.errors import AuditUnavailable, SandgateError, error_for_code
+
+if TYPE_CHECKING:
+    from sandgate.audit.log import AuditLog
 
 __all__ = ["Link", "Tampered", "WriterProcess"]
 
@@ -202,7 +205,7 @@ def main() -> None:
         _answer(replies, _commit(log, line))
 
 
-def _open(setup: dict[str, Any]) -> Any:
+def _open(setup: dict[str, Any]) -> AuditLog:
     from sandgate.audit.checkpoint import Checkpointer
     from sandgate.audit.log import AuditLog
     from sandgate.logs import configure_logging
@@ -227,7 +230,7 @@ def _open(setup: dict[str, Any]) -> Any:
     )
 
 
-def _commit(log: Any, line: bytes) -> dict[str, Any]:
+def _commit(log: AuditLog, line: bytes) -> dict[str, Any]:
     try:
         records = json.loads(line)
         sealed = log.commit(records)
@@ -254,7 +257,3 @@ def _commit(log: Any, line: bytes) -> dict[str, Any]:
 def _answer(replies: IO[bytes], reply: dict[str, Any]) -> None:
     replies.write(json.dumps(reply).encode() + b"\n")
     replies.flush()
-
-
-if __name__ == "__main__":
-    main()
