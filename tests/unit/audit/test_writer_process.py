@@ -29,8 +29,8 @@ KEY = b"checkpoint-test-key"
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A SQLite file, or a database of its own on the test PostgreSQL (password and all:
-    the process opens it from the URL)."""
+    """A SQLite file, or a database of its own on the test PostgreSQL: the process opens the
+    store from the URL the server's store was opened with."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'db.sqlite'}"
         return
