@@ -294,11 +294,13 @@ stage by stage), and what changed (issue 17):
   only hands over each batch's canonical lines and waits for their links (~50 µs of its CPU
   per call, mostly blocked in the pipe). The index also keeps one connection for the
   writer's life (a pool check-out and check-in per batch cost as much as the insert: 122 →
-  64 µs per one-row batch). Interleaved runs of this script against `76a4de1` (7 pairs,
-  `--calls 6000`, either side first in turn): 1441-1880 calls/s with 4 clients before,
-  1755-2249 after (medians 1552 and 2100; faster in every pair, by 260-808); with 16 clients
-  2246-3036 before, 2517-3631 after (medians 2860 and 3188); p50 0.82-1.07 ms before,
-  0.89-1.17 after (medians 1.02 and 0.97). The extra hop (a pipe each way) costs
+  64 µs per one-row batch). Interleaved runs of this script against `76a4de1` (10 pairs,
+  `--calls 6000`, either side first in turn; 7 of `3b10a5d`, then 3 of `55a5841`, the same
+  path but for the process's session, below): 1421-1880 calls/s with 4 clients before,
+  1755-2249 after (medians 1547 and 2081; faster in every pair, by 260-808; 2000 or more in
+  6 of the 10); with 16 clients 2246-3036 before, 2517-3631 after (the 7 first pairs:
+  medians 2860 and 3188); p50 0.82-1.07 ms before, 0.89-1.17 after (the 7 first pairs:
+  medians 1.02 and 0.97). The extra hop (a pipe each way) costs
   a single caller about as much as the lock contention it removes: p50 moved by
   +0.01 ms (median of the pairs' differences; -0.11 to +0.16). On a busy machine (CPU
   pressure ~80 %, the test suite running beside a socket-level harness of the gateway with
