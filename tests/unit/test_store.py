@@ -1,6 +1,6 @@
 """The store against SQLite and against the real PostgreSQL the test command starts."""
 
-import os
+import contextlib
 import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
@@ -18,13 +18,7 @@ from sandgate.access import authenticate_api_key, create_api_key
 from sandgate.errors import Unauthenticated
 from sandgate.store import AgentRecords, AgentRun, Sandbox, Store, TelemetryRecords
 from sandgate.store._store import _MIGRATIONS, SCHEMA_HEAD, _create_engine
-
-
-def _postgres_url() -> str:
-    url = os.environ.get("SANDGATE_TEST_POSTGRES_URL")
-    if not url:
-        pytest.fail("SANDGATE_TEST_POSTGRES_URL is not set: run the suite with scripts/test")
-    return url
+from tests.fixtures.postgres import postgres_database, postgres_url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -34,19 +28,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         yield opened
         opened.close()
         return
-    base = _postgres_url()
-    name = "sg_test_" + secrets.token_hex(4)
-    admin = create_engine(
-        base.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
-    )
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    opened = Store.open(base.rsplit("/", 1)[0] + "/" + name)
-    yield opened
-    opened.close()
-    with admin.connect() as conn:
-        conn.execute(text(f"DROP DATABASE {name}"))
-    admin.dispose()
+    with postgres_database() as url:
+        opened = Store.open(url)
+        yield opened
+        opened.close()
 
 
 def _sandbox(team_id: str, sandbox_id: str, started: datetime, **extra: object) -> Sandbox:
@@ -77,29 +62,14 @@ def _sandbox(team_id: str, sandbox_id: str, started: datetime, **extra: object) 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def new_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], str]]:
     """Makes empty databases of the parameter's kind (dropped afterwards)."""
-    made: list[str] = []
-    admin = None
-    if request.param == "postgres":
-        admin = create_engine(
-            _postgres_url().replace("postgresql://", "postgresql+psycopg://"),
-            isolation_level="AUTOCOMMIT",
-        )
+    with contextlib.ExitStack() as made:
 
-    def make() -> str:
-        name = f"sg_test_{secrets.token_hex(4)}"
-        if admin is None:
-            return f"sqlite:///{tmp_path / (name + '.db')}"
-        with admin.connect() as conn:
-            conn.execute(text(f"CREATE DATABASE {name}"))
-        made.append(name)
-        return _postgres_url().rsplit("/", 1)[0] + "/" + name
+        def make() -> str:
+            if request.param == "sqlite":
+                return f"sqlite:///{tmp_path / f'sg_test_{secrets.token_hex(4)}.db'}"
+            return made.enter_context(postgres_database())
 
-    yield make
-    if admin is not None:
-        with admin.connect() as conn:
-            for name in made:
-                conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
-        admin.dispose()
+        yield make
 
 
 def _alembic_upgrade(engine: Engine, revision: str) -> None:
@@ -324,7 +294,7 @@ def test_each_postgres_query_is_planned_for_its_own_values() -> None:
     # gets one plan for any values, made as if every team had as many rows: a small team's
     # audit search then walked every team's records. Nothing is left prepared. (SQLite plans
     # each statement it is given.)
-    engine = _create_engine(_postgres_url())
+    engine = _create_engine(postgres_url())
     try:
         with engine.connect() as conn:
             for _ in range(10):
@@ -503,29 +473,27 @@ def test_the_audit_indexer_keeps_its_connection_and_a_failed_batch_leaves_nothin
 @pytest.mark.postgres
 def test_the_audit_indexer_reconnects_when_postgres_dropped_its_idle_connection() -> None:
     admin = create_engine(
-        _postgres_url().replace("postgresql://", "postgresql+psycopg://"),
+        postgres_url().replace("postgresql://", "postgresql+psycopg://"),
         isolation_level="AUTOCOMMIT",
     )
-    name = f"sg_test_{secrets.token_hex(4)}"
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    store = Store.open(_postgres_url().rsplit("/", 1)[0] + "/" + name)
-    indexer = store.audit_indexer()
-    try:
-        indexer.add([_audit_row(1)])
-        # The database drops every connection while the indexer's is idle (as a restart
-        # would); the pool pings its own before use, the indexer finds out by failing.
-        with admin.connect() as conn:
-            dropped = conn.execute(
-                text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
-                {"n": name},
-            ).all()
-        assert dropped
-        indexer.add([_audit_row(2)])
-        assert sorted(store.audit_hashes(1, 10)) == [1, 2]
-    finally:
-        indexer.close()
-        store.close()
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
-        admin.dispose()
+    with postgres_database() as url:
+        store = Store.open(url)
+        indexer = store.audit_indexer()
+        try:
+            indexer.add([_audit_row(1)])
+            # The database drops every connection while the indexer's is idle (as a restart
+            # would); the pool pings its own before use, the indexer finds out by failing.
+            with admin.connect() as conn:
+                dropped = conn.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"
+                    ),
+                    {"n": url.rsplit("/", 1)[1]},
+                ).all()
+            assert dropped
+            indexer.add([_audit_row(2)])
+            assert sorted(store.audit_hashes(1, 10)) == [1, 2]
+        finally:
+            indexer.close()
+            store.close()
+            admin.dispose()

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import cast
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from sandgate.config import load_config
 from sandgate.runtimes import Runtime
 from sandgate.sandboxes.snapshots import SnapshotService
 from sandgate.store import Sandbox, Snapshot, SnapshotPage, SnapshotRecords, Store
+from tests.fixtures.postgres import postgres_database
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -27,21 +25,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         yield opened
         opened.close()
         return
-    base = os.environ.get("SANDGATE_TEST_POSTGRES_URL")
-    if not base:
-        pytest.fail("SANDGATE_TEST_POSTGRES_URL is not set: run the suite with scripts/test")
-    name = "sg_test_" + secrets.token_hex(4)
-    admin = create_engine(
-        base.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
-    )
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    opened = Store.open(base.rsplit("/", 1)[0] + "/" + name)
-    yield opened
-    opened.close()
-    with admin.connect() as conn:
-        conn.execute(text(f"DROP DATABASE {name}"))
-    admin.dispose()
+    with postgres_database() as url:
+        opened = Store.open(url)
+        yield opened
+        opened.close()
 
 
 def _snapshot(snapshot_id: str, team: str, minutes: int, **extra: object) -> Snapshot:

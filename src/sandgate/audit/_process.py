@@ -65,7 +65,8 @@ class WriterProcess:
     def __init__(self, setup: dict[str, Any]) -> None:
         self._setup = setup
         self._process: subprocess.Popen[bytes] | None = None
-        #: The last verdict on a tampered log; read by ``AuditLog`` after a refused batch.
+        #: The last refused batch's verdict on a tampered log (None if it carried none);
+        #: read by ``AuditLog`` after the refusal.
         self.tampered: Tampered | None = None
 
     def start(self) -> None:
@@ -119,13 +120,17 @@ class WriterProcess:
             return [(int(seq), str(prev), str(digest)) for seq, prev, digest in links]
         error = reply.get("error") or {}
         tampered = reply.get("tampered")
-        if isinstance(tampered, dict):
-            self.tampered = Tampered(
+        # This reply's verdict only: a refusal that carries none must not repeat an old one.
+        self.tampered = (
+            Tampered(
                 tampered.get("problem"),
                 tampered.get("first_bad"),
                 tampered.get("since"),
                 tampered.get("inode"),
             )
+            if isinstance(tampered, dict)
+            else None
+        )
         raise error_for_code(
             str(error.get("code", "audit_unavailable")), _error_message(reply), error.get("status")
         )

@@ -10,19 +10,18 @@ measure overlap and count executions in the audit log (the record of what ran).
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 from tests.fixtures.pairing import deselect_unpaired
+from tests.fixtures.postgres import postgres_database
 from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import RunningServer, ServerFactory, reap_bwrap_sandboxes
 from tests.framework.model_server import ScriptedModelServer
@@ -236,19 +235,9 @@ workflows:
 
 def pg_database() -> tuple[str, Callable[[], None]]:
     """A fresh PostgreSQL database on the test server, and how to drop it."""
-    base = os.environ.get("SANDGATE_TEST_POSTGRES_URL")
-    if not base:
-        pytest.fail("SANDGATE_TEST_POSTGRES_URL is not set: run the suite with scripts/test")
-    name = "sg_wf_" + secrets.token_hex(6)
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    url = base.rsplit("/", 1)[0] + "/" + name
-
-    def drop() -> None:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-    return url.replace("postgresql://", "postgresql+psycopg://", 1), drop
+    stack = contextlib.ExitStack()
+    url = stack.enter_context(postgres_database("sg_wf"))
+    return url.replace("postgresql://", "postgresql+psycopg://", 1), stack.close
 
 
 @dataclass

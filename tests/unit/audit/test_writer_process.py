@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
 import select
 import signal
 import subprocess
@@ -17,12 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from sandgate.audit import AuditLog, AuditState, Checkpointer, read_checkpoints
 from sandgate.audit._process import WriterProcess
 from sandgate.errors import AuditTampered, AuditUnavailable
 from sandgate.store import Store
+from tests.fixtures.postgres import postgres_database
 
 KEY = b"checkpoint-test-key"
 
@@ -34,23 +33,21 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'db.sqlite'}"
         return
-    base = os.environ.get("SANDGATE_TEST_POSTGRES_URL")
-    if not base:
-        pytest.fail("SANDGATE_TEST_POSTGRES_URL is not set: run the suite with scripts/test")
-    name = "sg_audit_" + secrets.token_hex(4)
-    admin = create_engine(
-        base.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
-    )
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    yield base.rsplit("/", 1)[0] + "/" + name
-    with admin.connect() as conn:
-        conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
-    admin.dispose()
+    with postgres_database("sg_audit") as url:
+        yield url
 
 
 def build(home: Path) -> AuditLog:
     return AuditLog(home / "audit", Store.open(f"sqlite:///{home / 'db.sqlite'}"))
+
+
+def kill_writer(log: AuditLog) -> int:
+    """SIGKILLs the writer process and reaps it (so the log finds it gone); its pid."""
+    pid = log.writer_pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return pid
 
 
 def file_records(log: AuditLog) -> list[dict[str, object]]:
@@ -129,10 +126,7 @@ def test_a_writer_process_that_died_is_started_again_and_the_chain_goes_on(
     assert log.start_process()
     try:
         first = log.append({"event": "tool.call", "n": 0})
-        dead = log.writer_pid
-        assert dead is not None
-        os.kill(dead, signal.SIGKILL)
-        os.waitpid(dead, 0)
+        dead = kill_writer(log)
 
         second = log.append({"event": "tool.call", "n": 1})
         assert second["seq"] == first["seq"] + 1 and second["prev"] == first["hash"]
@@ -168,6 +162,7 @@ import sys
 from pathlib import Path
 from sandgate.audit import AuditLog
 from sandgate.store import Store
+from tests.fixtures.postgres import postgres_database
 home = Path(sys.argv[1])
 log = AuditLog(home / "audit", Store.open(f"sqlite:///{home / 'db.sqlite'}"))
 assert log.start_process()
@@ -207,10 +202,7 @@ def test_a_writer_process_that_cannot_start_again_leaves_the_writing_to_the_thre
     assert log.start_process()
     try:
         first = log.append({"event": "tool.call", "n": 0})
-        dead = log.writer_pid
-        assert dead is not None
-        os.kill(dead, signal.SIGKILL)
-        os.waitpid(dead, 0)
+        kill_writer(log)
 
         def cannot_start(self: WriterProcess) -> None:
             raise AuditUnavailable("the audit writer process did not start: no interpreter")
