@@ -10,13 +10,25 @@ Before the schema runs, the value must be one ``sandgate.strictjson`` could have
 decoded it (the gateway socket, MCP, the agent runner). Defaults from the schema are filled
 in. The result is the object the policy evaluates and the executor receives, the same object
 (GW-07). Errors name the field path so a model can fix its call.
+
+Two validators read each schema. ``jsonschema`` (Python) is the reference: its verdict and its
+message stand whenever a call is refused. A compiled one (``jsonschema-rs``) checks the common
+case, a call that passes, in well under a microsecond where the reference takes ~25 µs on the
+gateway's event loop (docs/benchmarks.md, "Tool calls"); it may only *accept*, and only where
+the two cannot disagree: never for a schema with a regular expression (``pattern``,
+``patternProperties``: two regex engines), never for arguments holding a float with an
+integral value (``3.0`` is an integer to JSON Schema, not here) or a tuple, and never for a
+schema it cannot build offline (it refuses to fetch a remote ``$ref``). Whatever it does not
+accept, the reference decides.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import jsonschema_rs
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import best_match
 
@@ -25,10 +37,12 @@ from sandgate.strictjson import StrictJsonError, check_value
 
 __all__ = ["validate_arguments"]
 
-#: Compiled validators by schema object (a tool's schema lives as long as the tool); the
-#: schema itself is kept so an ``id`` is never reused for another schema while cached.
-_VALIDATORS: dict[int, tuple[dict[str, Any], Draft202012Validator]] = {}
+#: Validators by schema object (a tool's schema lives as long as the tool); the schema itself
+#: is kept so an ``id`` is never reused for another schema while cached.
+_VALIDATORS: dict[int, _Validators] = {}
 _VALIDATORS_MAX = 4096
+#: Keywords whose verdict depends on a regex engine: the compiled validator's is not Python's.
+_REGEX_KEYWORDS = frozenset({"pattern", "patternProperties"})
 
 
 def _is_integer(_: Any, instance: Any) -> bool:
@@ -41,6 +55,14 @@ _StrictValidator = _extend(
     Draft202012Validator,
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
 )
+
+
+@dataclass(frozen=True)
+class _Validators:
+    schema: dict[str, Any]
+    reference: Draft202012Validator
+    #: Accepts what the reference accepts, compiled; None where the two could disagree.
+    fast: jsonschema_rs.Validator | None
 
 
 def validate_arguments(tool: str, schema: dict[str, Any], arguments: Any) -> dict[str, Any]:
@@ -57,10 +79,12 @@ def validate_arguments(tool: str, schema: dict[str, Any], arguments: Any) -> dic
     for name, prop in properties.items():
         if name not in checked and isinstance(prop, dict) and "default" in prop:
             checked[name] = prop["default"]
-    validator = _validator(schema)
-    if validator.is_valid(checked):
-        return checked  # the common case; ranking errors (below) costs twice the check
-    error = best_match(validator.iter_errors(checked))
+    checkers = _validators(schema)
+    if checkers.fast is not None and _plain(checked) and checkers.fast.is_valid(checked):
+        return checked  # the common case, compiled
+    # Refused by the compiled validator (or not its to judge): the reference decides, and
+    # names the field.
+    error = best_match(checkers.reference.iter_errors(checked))
     if error is not None:
         where = ".".join(str(part) for part in error.absolute_path)
         field = f"argument '{where}'" if where else "arguments"
@@ -68,14 +92,60 @@ def validate_arguments(tool: str, schema: dict[str, Any], arguments: Any) -> dic
     return checked
 
 
-def _validator(schema: dict[str, Any]) -> Draft202012Validator:
-    """The schema's validator, built once: building one (and its reference resolver) costs
-    more than validating a small call's arguments."""
+def _validators(schema: dict[str, Any]) -> _Validators:
+    """The schema's validators, built once: building one costs more than validating a small
+    call's arguments."""
     cached = _VALIDATORS.get(id(schema))
-    if cached is not None and cached[0] is schema:
-        return cached[1]
+    if cached is not None and cached.schema is schema:
+        return cached
     if len(_VALIDATORS) >= _VALIDATORS_MAX:
         _VALIDATORS.clear()  # schemas of tools since replaced (a reload); rebuilt on use
-    validator = _StrictValidator(schema)
-    _VALIDATORS[id(schema)] = (schema, validator)
-    return validator
+    built = _Validators(schema, _StrictValidator(schema), _compiled(schema))
+    _VALIDATORS[id(schema)] = built
+    return built
+
+
+def _compiled(schema: dict[str, Any]) -> jsonschema_rs.Validator | None:
+    """The compiled validator, or None where its verdict could differ from the reference's:
+    a schema with a regex, or one it will not build (not valid against the 2020-12
+    meta-schema, a ``$ref`` it would have to fetch)."""
+    if _uses_regex(schema):
+        return None
+    try:
+        return jsonschema_rs.Draft202012Validator(schema, validate_formats=False, offline=True)
+    except (ValueError, TypeError):  # jsonschema_rs.ValidationError is a ValueError
+        return None
+
+
+def _uses_regex(schema: Any) -> bool:
+    """Whether a regex keyword appears anywhere in the schema (a property merely *named*
+    ``pattern`` counts too: the reference then decides, which is never wrong)."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if not _REGEX_KEYWORDS.isdisjoint(node):
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
+def _plain(value: Any) -> bool:
+    """Whether the compiled validator may judge ``value``: no float with an integral value
+    (``3.0``, an integer to JSON Schema, never to Sandgate) and no tuple (an array to one
+    validator, not to the other). ``check_value`` has already bounded the depth."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, float):
+            if node.is_integer():
+                return False
+        elif isinstance(node, tuple):
+            return False
+    return True
