@@ -162,7 +162,6 @@ import sys
 from pathlib import Path
 from sandgate.audit import AuditLog
 from sandgate.store import Store
-from tests.fixtures.postgres import postgres_database
 home = Path(sys.argv[1])
 log = AuditLog(home / "audit", Store.open(f"sqlite:///{home / 'db.sqlite'}"))
 assert log.start_process()
