@@ -262,14 +262,13 @@ class Application:
     @asynccontextmanager
     async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         # The audit log is sealed, written and indexed by a process of its own, beside the
-        # event loop's interpreter (sandgate.audit._process). It starts in the background
-        # (its imports take a moment); until it is ready the writer thread writes.
+        # event loop's interpreter, which hands it the batches itself (sandgate.audit._process,
+        # _pump). It starts in the background (its imports take a moment); until it is
+        # ready the writer thread writes.
         logging = self.config.logging
         writer = asyncio.create_task(
-            asyncio.to_thread(
-                self.gateway.audit.start_process,
-                log_level=logging.level,
-                json_logs=logging.json_logs,
+            self.gateway.audit.start_loop_writer(
+                log_level=logging.level, json_logs=logging.json_logs
             ),
             name="audit-writer-process",
         )
@@ -305,6 +304,7 @@ class Application:
             await asyncio.to_thread(self.gateway.approvals.close)
             await full_check
             await writer
+            await self.gateway.audit.stop_loop_writer()
             await asyncio.to_thread(self.gateway.audit.close)
             self.store.close()
             if self.config.observability.traces:

@@ -42,7 +42,7 @@ from sandgate.errors import AuditUnavailable, SandgateError, error_for_code
 if TYPE_CHECKING:
     from sandgate.audit.log import AuditLog
 
-__all__ = ["Link", "Tampered", "WriterProcess"]
+__all__ = ["Link", "Refused", "Tampered", "WriterProcess", "batch_line", "ended", "outcome_of"]
 
 #: A record's place on the chain, as the process sealed it: (seq, prev, hash).
 Link = tuple[int, str, str]
@@ -107,6 +107,10 @@ class WriterProcess:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    def exit_code(self) -> int | None:
+        """The process's exit code once it has ended (None while it runs, or never ran)."""
+        return self._process.poll() if self._process is not None else None
+
     def commit(self, texts: list[str]) -> list[Link]:
         """Seals and writes the records (their canonical JSON, in order) as one batch;
         returns their links. Raises the ``SandgateError`` the process reported
@@ -114,26 +118,19 @@ class WriterProcess:
         is gone or ends meanwhile (``AuditLog`` starts it again for the next batch)."""
         if not self.running:
             raise AuditUnavailable("the audit writer process is not running")
-        reply = self._exchange(b"[" + ",".join(texts).encode() + b"]\n")
-        links = reply.get("links")
-        if isinstance(links, list) and len(links) == len(texts):
-            return [(int(seq), str(prev), str(digest)) for seq, prev, digest in links]
-        error = reply.get("error") or {}
-        tampered = reply.get("tampered")
-        # This reply's verdict only: a refusal that carries none must not repeat an old one.
-        self.tampered = (
-            Tampered(
-                tampered.get("problem"),
-                tampered.get("first_bad"),
-                tampered.get("since"),
-                tampered.get("inode"),
-            )
-            if isinstance(tampered, dict)
-            else None
-        )
-        raise error_for_code(
-            str(error.get("code", "audit_unavailable")), _error_message(reply), error.get("status")
-        )
+        outcome = outcome_of(self._exchange(batch_line(texts)), len(texts))
+        if isinstance(outcome, Refused):
+            # This reply's verdict only: a refusal that carries none must not repeat an old one.
+            self.tampered = outcome.tampered
+            raise outcome.error
+        return outcome
+
+    def pipes(self) -> tuple[IO[bytes], IO[bytes]]:
+        """The process's stdin and stdout, for an event loop that takes the exchange over
+        (``audit._pump``); ``commit`` must not be called once it has."""
+        process = self._process
+        assert process is not None and process.stdin is not None and process.stdout is not None
+        return process.stdin, process.stdout
 
     def close(self) -> None:
         """Ends the process (it writes what it holds first: it reads to its stdin's end)."""
@@ -162,11 +159,7 @@ class WriterProcess:
         if not answer:
             code = process.poll()
             self.close()
-            raise AuditUnavailable(
-                "the audit writer process ended"
-                + (f" (exit code {code})" if code is not None else "")
-                + " before it confirmed this record; the next record starts it again"
-            )
+            raise ended(code)
         try:
             reply = json.loads(answer)
         except ValueError:
@@ -175,6 +168,53 @@ class WriterProcess:
             self.close()
             raise AuditUnavailable("the audit writer process answered out of turn; restarting it")
         return reply
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A batch the process refused: the error it reported, and its verdict on a tampered
+    log (None unless it found one)."""
+
+    error: SandgateError
+    tampered: Tampered | None
+
+
+def batch_line(texts: list[str]) -> bytes:
+    """One batch on the wire: the records' canonical JSON as a JSON array, on one line."""
+    return b"[" + ",".join(texts).encode() + b"]\n"
+
+
+def outcome_of(reply: dict[str, Any], count: int) -> list[Link] | Refused:
+    """The links of a batch of ``count`` records, or what the process refused it with."""
+    links = reply.get("links")
+    if isinstance(links, list) and len(links) == count:
+        return [(int(seq), str(prev), str(digest)) for seq, prev, digest in links]
+    error = reply.get("error") or {}
+    tampered = reply.get("tampered")
+    return Refused(
+        error_for_code(
+            str(error.get("code", "audit_unavailable")),
+            _error_message(reply),
+            error.get("status"),
+        ),
+        Tampered(
+            tampered.get("problem"),
+            tampered.get("first_bad"),
+            tampered.get("since"),
+            tampered.get("inode"),
+        )
+        if isinstance(tampered, dict)
+        else None,
+    )
+
+
+def ended(code: int | None) -> AuditUnavailable:
+    """What a batch's callers hear when the process ended before it answered."""
+    return AuditUnavailable(
+        "the audit writer process ended"
+        + (f" (exit code {code})" if code is not None else "")
+        + " before it confirmed this record; the next record starts it again"
+    )
 
 
 def _error_message(reply: dict[str, Any]) -> str:

@@ -46,7 +46,8 @@ from typing import Any, NoReturn
 import structlog
 
 from sandgate.audit._file import Head, file_lines, read_head, records_after
-from sandgate.audit._process import WriterProcess
+from sandgate.audit._process import Link, Tampered, WriterProcess
+from sandgate.audit._pump import LoopPump
 from sandgate.audit.chain import GENESIS, VerifyResult, canonical, link_problem, linked, seal
 from sandgate.audit.checkpoint import Checkpointer, read_checkpoints
 from sandgate.audit.verify import RECOVERED_EVENT, verify_log
@@ -96,11 +97,21 @@ class _Pending:
         if self.future is not None:
             self.waiting = self.future.set_running_or_notify_cancel()
 
-    def settle(self, record: dict[str, Any] | None, error: BaseException | None = None) -> None:
-        """Hands the outcome to the caller, unless it stopped waiting (the record stays)."""
+    def settle(
+        self,
+        record: dict[str, Any] | None,
+        error: BaseException | None = None,
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        """Hands the outcome to the caller, unless it stopped waiting (the record stays).
+        ``loop``: the loop this runs on, if any (a future of that loop is settled at once)."""
         if not self.waiting:
             return
         if self.loop_future is not None:
+            if self.loop_future.get_loop() is loop:
+                _settle_loop_future(self.loop_future, record or {}, error)
+                return
             # A closed loop (RuntimeError) leaves nobody to tell.
             with contextlib.suppress(RuntimeError):
                 self.loop_future.get_loop().call_soon_threadsafe(
@@ -164,8 +175,11 @@ class AuditLog:
         #: Told of each durable record and the seconds since it was submitted (the metrics);
         #: called on the writer thread, must be quick and must not raise.
         self.on_commit: Callable[[dict[str, Any], float], None] | None = None
-        #: Seals, writes and indexes the batches once started (``start_process``).
+        #: Seals, writes and indexes the writer thread's batches once started
+        #: (``start_process``).
         self._process: WriterProcess | None = None
+        #: Or hands an event loop's batches to a process of its own (``start_loop_writer``).
+        self._pump: LoopPump | None = None
         #: Indexes the records on one connection (under the ``flock``, so one thread at once).
         self._indexer: AuditIndexer | None = None
 
@@ -196,6 +210,14 @@ class AuditLog:
     def _enqueue(self, pending: _Pending) -> None:
         self._refuse_if_tampered()
         pending.record = {"time": datetime.now(UTC).isoformat(), **pending.record}
+        pump = self._pump
+        if pump is not None and pump.put(pending):
+            return
+        self.to_writer_thread(pending)
+
+    def to_writer_thread(self, pending: _Pending) -> None:
+        """Queues a record for the writer thread (also where a loop's pump sends what it
+        can no longer write: stopped, or its process cannot start)."""
         self._ensure_writer()
         self._queue.put(pending)
 
@@ -219,12 +241,54 @@ class AuditLog:
             raise _unavailable(self.path, exc) from None
 
     def start_process(self, *, log_level: str = "info", json_logs: bool = False) -> bool:
-        """Moves sealing, writing and indexing into a process of its own (``serve``: see
+        """Moves sealing, writing and indexing into a process of its own (see
         ``audit._process``); the writer thread hands it each batch. False (logged) when it
         cannot start: the writer thread then writes, as it does for every other command.
         The store must be one another process can open (not an in-memory SQLite). May run
         on any thread while records are written (they are, on the thread, until the process
-        is ready); ``close`` only once it has returned."""
+        is ready); ``close`` only once it has returned. ``serve`` uses ``start_loop_writer``
+        instead, which spares each batch the writer thread."""
+        if self._process is not None:
+            return True
+        process = self._started_process(log_level, json_logs)
+        if process is None:
+            return False
+        self._process = process
+        return True
+
+    async def start_loop_writer(self, *, log_level: str = "info", json_logs: bool = False) -> bool:
+        """``start_process`` for ``serve``: the running event loop itself hands each batch to
+        the process and reads its answer (``audit._pump``), no writer thread in between;
+        records submitted from other threads are handed to the loop. The process starts on
+        a worker thread (the loop goes on meanwhile; the writer thread writes until it is
+        ready). False (logged) when it cannot start. ``stop_loop_writer`` before ``close``."""
+        if self._pump is not None or self._process is not None:
+            return True
+        process = await asyncio.to_thread(self._started_process, log_level, json_logs)
+        if process is None:
+            return False
+        pump = LoopPump(self, process)
+        try:
+            await pump.open()
+        except OSError as exc:
+            log.error("audit.writer_in_thread", why=str(exc))
+            await asyncio.to_thread(process.close)
+            return False
+        self._pump = pump
+        return True
+
+    async def stop_loop_writer(self) -> None:
+        """Writes every record the loop holds, then ends its process; records queued from
+        now on go to the writer thread (``close`` writes them)."""
+        pump = self._pump
+        if pump is None:
+            return
+        await pump.close()
+        if self._pump is pump:
+            self._pump = None
+        await asyncio.to_thread(pump.process.close)
+
+    def _started_process(self, log_level: str, json_logs: bool) -> WriterProcess | None:
         setup: dict[str, Any] = {
             "directory": str(self._directory),
             "store_url": None,
@@ -237,10 +301,8 @@ class AuditLog:
             url = self._store.engine.url
             if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
                 log.warning("audit.writer_in_thread", why="the store is in memory")
-                return False
+                return None
             setup["store_url"] = url.render_as_string(hide_password=False)
-        if self._process is not None:
-            return True
         if self._checkpoint is not None:
             setup["checkpoint"] = self._checkpoint.settings()
         process = WriterProcess(setup)
@@ -248,13 +310,23 @@ class AuditLog:
             process.start()
         except (AuditUnavailable, OSError) as exc:
             log.error("audit.writer_in_thread", why=str(exc))
-            return False
-        self._process = process
-        return True
+            return None
+        return process
+
+    def pump_stopped(self, pump: LoopPump) -> None:
+        """Told by a loop's pump whose process can no longer be started: the writer thread
+        writes from now on (the pump hands it what it holds)."""
+        if self._pump is pump:
+            self._pump = None
 
     def close(self) -> None:
         """Writes what is queued, then stops the writer thread (a later submit restarts it)
-        and the writer process."""
+        and the writer process. A loop's writer (``start_loop_writer``) is stopped first,
+        on its loop (``stop_loop_writer``); one left running only has its process ended."""
+        pump, self._pump = self._pump, None
+        if pump is not None:
+            log.error("audit.loop_writer_not_stopped")
+            pump.process.close()
         with self._thread_lock:
             thread, self._thread = self._thread, None
         if thread is not None:
@@ -275,8 +347,10 @@ class AuditLog:
 
     @property
     def writer_pid(self) -> int | None:
-        """The writer process's pid while one writes (``start_process``), else None."""
-        process = self._process
+        """The writer process's pid while one writes (``start_process``,
+        ``start_loop_writer``), else None."""
+        pump = self._pump
+        process = pump.process if pump is not None else self._process
         return process.pid if process is not None else None
 
     @property
@@ -408,17 +482,7 @@ class AuditLog:
                 return
 
     def _write_batch(self, batch: list[_Pending]) -> None:
-        writable: list[_Pending] = []
-        lines: list[str] = []
-        for pending in batch:
-            # A caller that was cancelled no longer waits, but its record is still written.
-            pending.start()
-            try:
-                lines.append(canonical(pending.record))
-            except (TypeError, ValueError) as exc:
-                pending.settle(None, AuditUnavailable(f"an audit record cannot be encoded ({exc})"))
-                continue
-            writable.append(pending)
+        writable, lines = self.prepare(batch)
         if not writable:
             return
         records = [pending.record for pending in writable]
@@ -430,19 +494,56 @@ class AuditLog:
                 sealed = self._commit_in_process(process, records, lines)
             else:
                 sealed = self.commit(records)
-        except SandgateError as exc:
-            for pending in writable:
-                pending.settle(None, exc)
+        except Exception as exc:
+            self.fail(writable, exc)
             return
-        except Exception as exc:  # a writer bug must not leave callers waiting forever
+        self.settle(writable, sealed)
+
+    def prepare(self, batch: list[_Pending]) -> tuple[list[_Pending], list[str]]:
+        """The batch's records that can be written, and their canonical lines; a record
+        that cannot be encoded is refused to its caller (the others are written)."""
+        writable: list[_Pending] = []
+        lines: list[str] = []
+        for pending in batch:
+            # A caller that was cancelled no longer waits, but its record is still written.
+            pending.start()
+            try:
+                lines.append(canonical(pending.record))
+            except (TypeError, ValueError) as exc:
+                pending.settle(None, AuditUnavailable(f"an audit record cannot be encoded ({exc})"))
+                continue
+            writable.append(pending)
+        return writable, lines
+
+    def fail(
+        self,
+        writable: list[_Pending],
+        exc: Exception,
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        """Tells a batch's callers why it was not written (a writer bug, logged, becomes
+        ``AuditUnavailable``: it must not leave them waiting forever)."""
+        error: SandgateError
+        if isinstance(exc, SandgateError):
+            error = exc
+        else:
             log.exception("audit.writer_failed")
             error = AuditUnavailable(f"the audit writer failed ({type(exc).__name__})")
-            for pending in writable:
-                pending.settle(None, error)
-            return
+        for pending in writable:
+            pending.settle(None, error, loop=loop)
+
+    def settle(
+        self,
+        writable: list[_Pending],
+        sealed: list[dict[str, Any]],
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        """Hands each caller its durable record, and tells the observer."""
         durable = time.monotonic()
         for pending, record in zip(writable, sealed, strict=True):
-            pending.settle(record)
+            pending.settle(record, loop=loop)
             if self.on_commit is not None:
                 try:
                     self.on_commit(record, durable - pending.submitted)
@@ -470,19 +571,25 @@ class AuditLog:
         try:
             links = process.commit(lines)
         except AuditTampered:
-            verdict = process.tampered
-            if verdict is not None:
-                if self._health.state is not AuditState.TAMPERED:
-                    log.error(
-                        "audit.tampered",
-                        problem=verdict.problem,
-                        first_bad_record=verdict.first_bad,
-                    )
-                self._health = AuditHealth(
-                    AuditState.TAMPERED, verdict.problem, verdict.first_bad, verdict.since
-                )
-                self._tampered_inode = verdict.inode
+            self.refused(process.tampered)
             raise
+        return self.sealed_by_process(records, links)
+
+    def refused(self, verdict: Tampered | None) -> None:
+        """Mirrors the writer process's verdict on a tampered log (if it gave one)."""
+        if verdict is None:
+            return
+        if self._health.state is not AuditState.TAMPERED:
+            log.error("audit.tampered", problem=verdict.problem, first_bad_record=verdict.first_bad)
+        self._health = AuditHealth(
+            AuditState.TAMPERED, verdict.problem, verdict.first_bad, verdict.since
+        )
+        self._tampered_inode = verdict.inode
+
+    def sealed_by_process(
+        self, records: list[dict[str, Any]], links: list[Link]
+    ) -> list[dict[str, Any]]:
+        """The records as the writer process sealed them, given their links."""
         self._last = None  # the file moved on without this process: read its head afresh
         self.records_written += len(links)
         self.batches += 1

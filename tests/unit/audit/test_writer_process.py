@@ -6,14 +6,18 @@ Each test starts a real process of this interpreter on a real file and SQLite in
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -211,5 +215,172 @@ def test_a_writer_process_that_cannot_start_again_leaves_the_writing_to_the_thre
         assert second["seq"] == first["seq"] + 1 and second["prev"] == first["hash"]
         assert log.writer_pid is None  # this process writes from now on
         assert log.verify().ok
+    finally:
+        log.close()
+
+
+# -- serve: the event loop hands the batches over itself (audit._pump) ---------------------------
+
+
+def test_the_loop_hands_its_batches_to_the_process_without_a_writer_thread(
+    tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store.open(store_url)
+    log = AuditLog(tmp_path / "audit", store)
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd)))
+
+    async def scenario() -> tuple[list[dict[str, Any]], dict[str, Any], int]:
+        assert await log.start_loop_writer()
+        pid = log.writer_pid
+        assert pid is not None and pid != os.getpid()
+        # A record submitted on another thread is handed to the loop, not to a thread.
+        elsewhere = asyncio.to_thread(log.append, {"event": "agent.run"})
+        sealed = await asyncio.gather(
+            *(log.write({"event": "tool.call", "tool": "kv", "n": n}) for n in range(50))
+        )
+        other = await elsewhere
+        await log.stop_loop_writer()
+        return sealed, other, pid
+
+    try:
+        sealed, other, pid = asyncio.run(scenario())
+        got = sorted([*sealed, other], key=lambda r: int(r["seq"]))
+        assert [r["seq"] for r in got] == list(range(1, 52))
+        # What each caller got back is the record as the process wrote it, hash included.
+        assert got == file_records(log)
+        assert fsyncs == []  # every fsync happened in the writer process
+        assert log._thread is None  # no writer thread ever started
+        assert log.records_written == 51 and log.batches <= 51
+        assert store.audit_head() == (51, file_records(log)[-1]["hash"])
+        assert log.verify().ok
+        assert log.writer_pid is None
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # reaped: stopping the loop's writer ended the process
+    finally:
+        log.close()
+        store.close()
+
+
+def test_a_loop_writer_whose_process_ended_starts_another_and_the_chain_goes_on(
+    tmp_path: Path,
+) -> None:
+    log = build(tmp_path)
+
+    async def scenario() -> None:
+        assert await log.start_loop_writer()
+        first = await log.write({"event": "tool.call", "n": 0})
+        dead = kill_writer(log)
+        second = await log.write({"event": "tool.call", "n": 1})
+        assert second["seq"] == first["seq"] + 1 and second["prev"] == first["hash"]
+        assert log.writer_pid not in (None, dead)
+
+        # Ended while it held a batch: that batch's callers hear 503, the next one goes on.
+        pid = log.writer_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        held = log.queue({"event": "tool.call", "n": 2})
+        await _until_sent(pid)
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(AuditUnavailable, match="ended"):
+            await held
+        third = await log.write({"event": "tool.call", "n": 3})
+        assert log.writer_pid not in (None, pid)
+        await log.stop_loop_writer()
+        # Stopped before it read the batch, the process never wrote the held record.
+        assert third["seq"] == second["seq"] + 1 and third["prev"] == second["hash"]
+        assert [r["n"] for r in file_records(log)] == [0, 1, 3]
+
+    try:
+        asyncio.run(scenario())
+        assert log.verify().ok
+    finally:
+        log.close()
+
+
+async def _until_sent(pid: int) -> None:
+    """Yields to the loop until a batch waits in the (stopped) process's stdin pipe."""
+    stdin = f"/proc/{pid}/fd/0"
+    fd = os.open(stdin, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        while not struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]:
+            await asyncio.sleep(0)
+    finally:
+        os.close(fd)
+
+
+def test_a_loop_writer_whose_process_cannot_start_again_leaves_the_writing_to_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = build(tmp_path)
+
+    def cannot_start(self: WriterProcess) -> None:
+        raise AuditUnavailable("the audit writer process did not start: no interpreter")
+
+    async def scenario() -> None:
+        assert await log.start_loop_writer()
+        first = await log.write({"event": "tool.call", "n": 0})
+        kill_writer(log)
+        monkeypatch.setattr(WriterProcess, "start", cannot_start)
+        rest = await asyncio.gather(*(log.write({"event": "tool.call", "n": n}) for n in (1, 2)))
+        assert [r["seq"] for r in rest] == [first["seq"] + 1, first["seq"] + 2]
+        assert log.writer_pid is None  # this process writes from now on, on its thread
+        assert log._thread is not None
+        await log.stop_loop_writer()
+
+    try:
+        asyncio.run(scenario())
+        assert log.verify().ok
+    finally:
+        log.close()
+
+
+def test_tampering_found_through_the_loop_fails_the_server_closed_until_recovered(
+    tmp_path: Path,
+) -> None:
+    log = build(tmp_path)
+
+    async def scenario() -> None:
+        assert await log.start_loop_writer()
+        for n in range(6):
+            await log.write({"event": "tool.call", "n": n})
+        content = log.path.read_text().splitlines()
+        log.path.write_text("".join(line + "\n" for line in content[:4]))  # records 5, 6 cut
+
+        with pytest.raises(AuditTampered) as refused:
+            await log.write({"event": "tool.call", "n": 6})
+        assert "first bad record: 5" in refused.value.message
+        assert log.health.state is AuditState.TAMPERED and log.health.first_bad == 5
+        with pytest.raises(AuditTampered):
+            log.check_writable()
+
+        assert log.recover(by="test")["seq"] == 7
+        assert (await log.write({"event": "tool.call", "n": 7}))["seq"] == 8
+        await log.stop_loop_writer()
+
+    try:
+        asyncio.run(scenario())
+        assert log.health.state is AuditState.OK and log.verify().ok
+    finally:
+        log.close()
+
+
+def test_stopping_the_loop_writer_writes_everything_it_was_handed(tmp_path: Path) -> None:
+    log = build(tmp_path)
+
+    async def scenario() -> list[asyncio.Future[dict[str, object]]]:
+        assert await log.start_loop_writer()
+        queued = [log.queue({"event": "tool.call", "n": n}) for n in range(30)]
+        await log.stop_loop_writer()  # nothing awaited the records yet
+        assert all(future.done() for future in queued)
+        after = await log.write({"event": "tool.call", "n": 30})  # to the writer thread
+        assert after["seq"] == 31
+        return queued
+
+    try:
+        queued = asyncio.run(scenario())
+        assert [future.result()["seq"] for future in queued] == list(range(1, 31))
+        assert [r["n"] for r in file_records(log)] == list(range(31))
     finally:
         log.close()
