@@ -3,9 +3,10 @@
 Sealing a batch onto the chain, checking the file's head, the write, the fsync and the index
 transaction are about as much Python per record as the tool call they record; on the writer
 thread they held the server's one interpreter lock for that long, so the event loop waited
-for them (docs/benchmarks.md, "Tool calls"). In a process of their own they run beside it. The
-server's writer thread still takes each batch off the queue; it sends the records' canonical
-lines to this process and waits for their links on the chain (``seq``, ``prev``, ``hash``).
+for them (docs/benchmarks.md, "Tool calls"). In a process of their own they run beside it.
+The server's event loop (``audit._pump``; or the writer thread, ``AuditLog.start_process``)
+sends the records' canonical lines to this process and waits for their links on the chain
+(``seq``, ``prev``, ``hash``).
 
 The process is an ``AuditLog`` of the same file and store, committing batches one by one with
 the very code the thread uses (``AuditLog.commit``): the same ``flock``, head check against

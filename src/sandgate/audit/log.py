@@ -10,7 +10,10 @@ writer takes whatever is queued as one batch (group commit): under an ``flock`` 
 and an in-process ``sandgate run`` may share a home) it checks the file's head against its
 anchor, seals the records onto the chain, writes them in one ``write``, fsyncs once (unless
 ``audit.fsync: false``), indexes them in the store in one transaction, and only then resolves
-each caller's future. A record is therefore durable when its caller hears back.
+each caller's future. A record is therefore durable when its caller hears back. ``serve``
+moves that work into a writer process, to which its event loop hands the batches itself
+(``start_loop_writer``: ``audit._pump``, ``audit._process``); the writer thread remains for
+records of other commands and for when no process can run.
 
 The anchor: the store indexes every record's hash, so its last row is the log's head as this
 gateway wrote it (a signed checkpoint file, ``audit.checkpoint``, can hold a copy elsewhere).
