@@ -113,6 +113,9 @@ class LoopPump:
                     return
                 batch, self._pending = self._pending, []
                 await self._write(batch)
+        except Exception as exc:  # a bug here must not leave the callers waiting forever
+            pending, self._pending = self._pending, []
+            self._audit.fail(pending, exc, loop=self._loop)
         finally:
             self._task = None
 
@@ -140,6 +143,9 @@ class LoopPump:
             answer = await self._reader.readline()
         except ValueError:  # an answer beyond the limit: not one of ours
             answer = b"?"
+        except asyncio.CancelledError:
+            self._broken = True  # its answer would be read as the next batch's
+            raise
         if not answer:
             self._broken = True
             raise ended(self.process.exit_code())
