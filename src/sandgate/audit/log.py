@@ -176,7 +176,8 @@ class AuditLog:
         self.records_written = 0
         self.batches = 0
         #: Told of each durable record and the seconds since it was submitted (the metrics);
-        #: called on the writer thread, must be quick and must not raise.
+        #: called on the writer thread (or ``serve``'s event loop), must be quick and must not
+        #: raise.
         self.on_commit: Callable[[dict[str, Any], float], None] | None = None
         #: Seals, writes and indexes the writer thread's batches once started
         #: (``start_process``).

@@ -108,7 +108,8 @@ class Metrics:
         self.http_errors.labels(str(status), code).inc()
 
     def audit_committed(self, record: Mapping[str, Any], seconds: float) -> None:
-        """Called by the audit writer (its thread) for each durable record."""
+        """Called by the audit writer (its thread, or serve's event loop) for each durable
+        record."""
         self.audit_append_seconds.observe(seconds)
         kind = _EGRESS_DECISIONS.get(str(record.get("event")))
         outcome = record.get("outcome")
