@@ -76,12 +76,15 @@ class LoopPump:
             raise
         self._reader, self._answers, self._writer = reader, answers, writer
 
+    def on_loop_thread(self) -> bool:
+        return threading.get_ident() == self._loop_thread
+
     def put(self, pending: _Pending) -> bool:
         """Takes a record for the next batch; False once stopped (the caller then gives it
         to the writer thread)."""
         if self._closed:
             return False
-        if threading.get_ident() == self._loop_thread:
+        if self.on_loop_thread():
             self._take(pending)
             return True
         try:

@@ -211,11 +211,13 @@ class AuditLog:
         self._enqueue(_Pending(record, loop_future=future))
         return future
 
-    def _enqueue(self, pending: _Pending) -> None:
+    def _enqueue(self, pending: _Pending, *, blocking: bool = False) -> None:
         self._refuse_if_tampered()
         pending.record = {"time": datetime.now(UTC).isoformat(), **pending.record}
         pump = self._pump
-        if pump is not None and pump.put(pending):
+        # A caller about to block its thread on the record must not be that loop's thread:
+        # its pump could never run. The writer thread takes that record instead.
+        if pump is not None and not (blocking and pump.on_loop_thread()) and pump.put(pending):
             return
         self.to_writer_thread(pending)
 
@@ -226,8 +228,11 @@ class AuditLog:
         self._queue.put(pending)
 
     def append(self, record: dict[str, Any]) -> dict[str, Any]:
-        """``write`` for synchronous callers (CLI, tests); never call it on an event loop."""
-        return self.submit(record).result()
+        """``write`` for synchronous callers (CLI, tests); never call it on an event loop
+        (it blocks the loop until the record is durable)."""
+        future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+        self._enqueue(_Pending(record, future=future), blocking=True)
+        return future.result()
 
     def check_writable(self) -> None:
         """Raises unless a record could be appended right now: ``AuditTampered`` while the log

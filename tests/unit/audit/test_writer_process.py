@@ -384,3 +384,23 @@ def test_stopping_the_loop_writer_writes_everything_it_was_handed(tmp_path: Path
         assert [r["n"] for r in file_records(log)] == list(range(31))
     finally:
         log.close()
+
+
+def test_a_blocking_append_on_the_loop_itself_is_written_by_the_thread(tmp_path: Path) -> None:
+    # Misuse (it blocks the loop), but it must not deadlock: the loop's pump cannot run
+    # while its own thread waits.
+    log = build(tmp_path)
+
+    async def scenario() -> None:
+        assert await log.start_loop_writer()
+        first = await log.write({"event": "tool.call", "n": 0})
+        second = log.append({"event": "tool.call", "n": 1})
+        assert second["seq"] == first["seq"] + 1 and second["prev"] == first["hash"]
+        assert log._thread is not None
+        await log.stop_loop_writer()
+
+    try:
+        asyncio.run(scenario())
+        assert log.verify().ok
+    finally:
+        log.close()
