@@ -404,3 +404,75 @@ def test_a_blocking_append_on_the_loop_itself_is_written_by_the_thread(tmp_path:
         assert log.verify().ok
     finally:
         log.close()
+
+
+def test_every_caller_hears_back_while_the_loop_writer_is_killed_under_load(
+    tmp_path: Path,
+) -> None:
+    """Records from the loop and from four threads at once, the process SIGKILLed in the
+    middle (after each of the first two waves, when one runs): every caller hears back (its
+    sealed record, or ``audit_unavailable``), every record confirmed is in the file as
+    sealed, and the chain verifies."""
+    log = build(tmp_path)
+    confirmed: list[dict[str, Any]] = []
+    refused: list[BaseException] = []
+
+    def from_thread(worker: int) -> None:
+        for n in range(40):
+            try:
+                confirmed.append(log.append({"event": "agent.run", "worker": worker, "n": n}))
+            except AuditUnavailable as exc:
+                refused.append(exc)
+
+    killed: list[int] = []
+
+    async def scenario() -> None:
+        assert await log.start_loop_writer()
+        try:
+            threaded = asyncio.gather(*(asyncio.to_thread(from_thread, w) for w in range(4)))
+            for wave in range(3):
+                outcomes = await asyncio.gather(
+                    *(log.write({"event": "tool.call", "wave": wave, "n": n}) for n in range(60)),
+                    return_exceptions=True,
+                )
+                for outcome in outcomes:
+                    if isinstance(outcome, AuditUnavailable):
+                        refused.append(outcome)
+                    else:
+                        assert isinstance(outcome, dict), outcome
+                        confirmed.append(outcome)
+                pid = log.writer_pid  # None while a new one starts
+                if wave < 2 and pid is not None and _kill_exactly(pid):
+                    killed.append(pid)  # not reaped here: a batch finds it gone
+            await threaded
+        finally:
+            # Whatever failed above, the threads' records are answered before the loop ends.
+            await log.stop_loop_writer()
+
+    try:
+        asyncio.run(scenario())
+        assert killed and len(confirmed) + len(refused) == 4 * 40 + 3 * 60
+        assert confirmed and all("ended" in str(exc) for exc in refused)
+        assert len({int(r["hash"], 16) for r in confirmed}) == len(confirmed)
+        written = {int(r["seq"]): r for r in file_records(log)}  # type: ignore[call-overload]
+        for record in confirmed:
+            assert written[record["seq"]] == record
+        assert log.verify().ok
+    finally:
+        log.close()
+
+
+def _kill_exactly(pid: int) -> bool:
+    """SIGKILLs that very process (a pidfd: never another that reused its pid once it was
+    reaped); False if it is already gone."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    try:
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(fd)
+    return True
