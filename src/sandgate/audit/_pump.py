@@ -170,6 +170,8 @@ class LoopPump:
             await self.open()
         except (AuditUnavailable, OSError) as exc:
             log.error("audit.writer_in_thread", why=str(exc))
+            self._disconnect()
+            await asyncio.to_thread(self.process.close)  # started, but the loop cannot reach it
             self._closed = True
             self._audit.pump_stopped(self)
             pending, self._pending = self._pending, []
