@@ -16,10 +16,12 @@ message stand whenever a call is refused. A compiled one (``jsonschema-rs``) che
 case, a call that passes, in well under a microsecond where the reference takes ~25 µs on the
 gateway's event loop (docs/benchmarks.md, "Tool calls"); it may only *accept*, and only where
 the two cannot disagree: never for a schema with a regular expression (``pattern``,
-``patternProperties``: two regex engines), never for arguments holding a float with an
-integral value (``3.0`` is an integer to JSON Schema, not here) or a tuple, and never for a
-schema it cannot build offline (it refuses to fetch a remote ``$ref``). Whatever it does not
-accept, the reference decides.
+``patternProperties``: two regex engines) or a fractional ``multipleOf`` (``0.3`` is a
+multiple of ``0.1`` to one and not to the other: floating-point division), never for
+arguments holding a float (``3.0`` is an integer to JSON Schema, not here; float arithmetic
+is where the two implementations part) or a tuple, and never for a schema it cannot build
+offline (it refuses to fetch a remote ``$ref``). Whatever it does not accept, the reference
+decides.
 """
 
 from __future__ import annotations
@@ -107,9 +109,9 @@ def _validators(schema: dict[str, Any]) -> _Validators:
 
 def _compiled(schema: dict[str, Any]) -> jsonschema_rs.Validator | None:
     """The compiled validator, or None where its verdict could differ from the reference's:
-    a schema with a regex, or one it will not build (not valid against the 2020-12
-    meta-schema, a ``$ref`` it would have to fetch)."""
-    if _uses_regex(schema):
+    a schema with a regex or a fractional ``multipleOf``, or one it will not build (not valid
+    against the 2020-12 meta-schema, a ``$ref`` it would have to fetch)."""
+    if _judged_differently(schema):
         return None
     try:
         return jsonschema_rs.Draft202012Validator(schema, validate_formats=False, offline=True)
@@ -117,14 +119,17 @@ def _compiled(schema: dict[str, Any]) -> jsonschema_rs.Validator | None:
         return None
 
 
-def _uses_regex(schema: Any) -> bool:
-    """Whether a regex keyword appears anywhere in the schema (a property merely *named*
-    ``pattern`` counts too: the reference then decides, which is never wrong)."""
+def _judged_differently(schema: Any) -> bool:
+    """Whether a keyword the two validators judge differently appears anywhere in the schema:
+    a regex, a ``multipleOf`` that is a float (a property merely *named* ``pattern`` counts
+    too: the reference then decides, which is never wrong)."""
     stack = [schema]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
             if not _REGEX_KEYWORDS.isdisjoint(node):
+                return True
+            if isinstance(node.get("multipleOf"), float):
                 return True
             stack.extend(node.values())
         elif isinstance(node, list):
@@ -133,9 +138,10 @@ def _uses_regex(schema: Any) -> bool:
 
 
 def _plain(value: Any) -> bool:
-    """Whether the compiled validator may judge ``value``: no float with an integral value
-    (``3.0``, an integer to JSON Schema, never to Sandgate) and no tuple (an array to one
-    validator, not to the other). ``check_value`` has already bounded the depth."""
+    """Whether the compiled validator may judge ``value``: no float (``3.0`` is an integer to
+    JSON Schema, never to Sandgate, and float arithmetic is where the two differ) and no
+    tuple (an array to one validator, not to the other). ``check_value`` has already bounded
+    the depth."""
     stack = [value]
     while stack:
         node = stack.pop()
@@ -143,9 +149,6 @@ def _plain(value: Any) -> bool:
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
-        elif isinstance(node, float):
-            if node.is_integer():
-                return False
-        elif isinstance(node, tuple):
+        elif isinstance(node, (float, tuple)):
             return False
     return True

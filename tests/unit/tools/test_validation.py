@@ -127,6 +127,8 @@ DIFFERENTIAL_SCHEMAS: list[dict[str, Any]] = [
         "type": "object",
         "properties": {
             "n": {"type": "integer", "minimum": -5, "maximum": 5, "multipleOf": 2},
+            "m": {"type": "number", "multipleOf": 0.1, "minimum": 0.5},
+            "k": {"type": "integer", "multipleOf": 0.7},
             "x": {"type": ["number", "null"], "exclusiveMaximum": 10},
             "s": {"type": "string", "minLength": 2, "maxLength": 4, "enum": ["ab", "abc", "é€"]},
             "a": {
@@ -156,6 +158,7 @@ json_values = st.recursive(
     | st.integers(-(2**63), 2**63 - 1)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.sampled_from([0.0, 2.0, -4.0, 3.0])  # integral floats: integers to JSON Schema
+    | st.sampled_from([0.3, 0.7, 19.99, 21, 42, 2**53 + 1])  # multiples of 0.1 or 0.7, or not
     | st.text(max_size=5)
     | st.sampled_from(["ab", "abc", "é€", "k"]),
     lambda children: (
@@ -166,7 +169,7 @@ json_values = st.recursive(
 )
 arguments_for_differential = st.dictionaries(
     st.sampled_from(
-        [*SCHEMA["properties"], "n", "x", "s", "a", "o", "c", "any", "one", "not", "ref", "abcd"]
+        [*SCHEMA["properties"], "n", "m", "k", "x", "s", "a", "o", "c", "any", "one", "not", "ref"]
     ),
     json_values,
     max_size=4,
@@ -207,6 +210,7 @@ def test_compiled_validator_judges_the_common_case() -> None:
         {"type": "object", "patternProperties": {"^x": {"type": "integer"}}},
         {"type": "object", "properties": {"p": {"$ref": "http://127.0.0.1:9/remote.json"}}},
         {"type": "object", "properties": {"p": {"type": "no-such-type"}}},
+        {"type": "object", "properties": {"p": {"type": "number", "multipleOf": 0.1}}},
     ],
 )
 def test_the_reference_alone_judges_what_the_compiled_validator_could_judge_otherwise(
@@ -227,3 +231,45 @@ def test_an_integral_float_is_a_number_but_never_an_integer() -> None:
     assert validate_arguments("t", schema, {"r": 3.0}) == {"r": 3.0}
     with pytest.raises(InvalidArguments, match="argument 'i'"):
         validate_arguments("t", schema, {"i": 3.0})
+
+
+def test_a_fractional_multiple_is_checked_by_the_reference() -> None:
+    # Floating-point division: 0.3 / 0.1 is 2.9999999999999996, so 0.3 is no multiple of 0.1
+    # to the reference; the compiled validator would accept it, as it would 21 for 0.7.
+    schema = {
+        "type": "object",
+        "properties": {"r": {"multipleOf": 0.1}, "i": {"type": "integer", "multipleOf": 0.7}},
+    }
+    with pytest.raises(InvalidArguments, match="argument 'r'"):
+        validate_arguments("t", schema, {"r": 0.3})
+    with pytest.raises(InvalidArguments, match="argument 'i'"):
+        validate_arguments("t", schema, {"i": 21})
+    assert validate_arguments("t", schema, {"i": 7}) == {"i": 7}
+
+
+_BIG = [2**53, 2**53 + 1, 2**62, 2**63 - 1, -(2**63), 10**18 + 1]
+_NUMERIC_SCHEMAS: list[dict[str, Any]] = [
+    *({"multipleOf": d} for d in (0.1, 0.25, 0.3, 0.7, 1.5, 2, 3, 2.0)),
+    *(
+        {keyword: bound}
+        for keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+        for big in _BIG
+        for bound in (big, float(big))
+    ),
+]
+
+
+@pytest.mark.parametrize("keyword_schema", _NUMERIC_SCHEMAS, ids=str)
+def test_numeric_keywords_judge_integers_as_the_reference_does(
+    keyword_schema: dict[str, Any],
+) -> None:
+    # Integers reach the compiled validator (floats never do): over a grid of small and
+    # extreme ones, each verdict is the reference's.
+    schema = {"type": "object", "properties": {"v": keyword_schema}}
+    for value in [*range(-50, 200), *_BIG]:
+        try:
+            validate_arguments("t", schema, {"v": value})
+            accepted = True
+        except InvalidArguments:
+            accepted = False
+        assert accepted == _reference_accepts(schema, {"v": value}), (keyword_schema, value)
