@@ -100,6 +100,12 @@ class _ToolBase(_Section):
     def _action_is_a_parameter(self) -> _ToolBase:
         if self.parameters.get("type", "object") != "object":
             raise ValueError("parameters must be an object schema (type: object)")
+        # Imported here: the tools package builds on this configuration.
+        from sandgate.tools.validation import schema_problem
+
+        problem = schema_problem(self.parameters)
+        if problem is not None:
+            raise ValueError(f"parameters is not a JSON Schema (2020-12): {problem}")
         if self.action is not None and self.action not in self.parameters.get("properties", {}):
             raise ValueError(f"action '{self.action}' is not one of the parameters")
         return self

@@ -32,12 +32,13 @@ from typing import Any
 
 import jsonschema_rs
 from jsonschema import Draft202012Validator, validators
-from jsonschema.exceptions import best_match
+from jsonschema.exceptions import SchemaError, best_match
+from referencing.exceptions import Unresolvable
 
-from sandgate.errors import InvalidArguments
+from sandgate.errors import InvalidArguments, ToolFailed
 from sandgate.strictjson import StrictJsonError, check_value
 
-__all__ = ["validate_arguments"]
+__all__ = ["schema_problem", "validate_arguments"]
 
 #: Validators by schema object (a tool's schema lives as long as the tool); the schema itself
 #: is kept so an ``id`` is never reused for another schema while cached.
@@ -81,12 +82,15 @@ def validate_arguments(tool: str, schema: dict[str, Any], arguments: Any) -> dic
     for name, prop in properties.items():
         if name not in checked and isinstance(prop, dict) and "default" in prop:
             checked[name] = prop["default"]
-    checkers = _validators(schema)
+    checkers = _validators(tool, schema)
     if checkers.fast is not None and _plain(checked) and checkers.fast.is_valid(checked):
         return checked  # the common case, compiled
     # Refused by the compiled validator (or not its to judge): the reference decides, and
     # names the field.
-    error = best_match(checkers.reference.iter_errors(checked))
+    try:
+        error = best_match(checkers.reference.iter_errors(checked))
+    except Unresolvable as exc:  # a ``$ref`` to nowhere: the tool's definition is broken
+        raise _broken(tool, f"a $ref it holds does not resolve ({exc})") from None
     if error is not None:
         where = ".".join(str(part) for part in error.absolute_path)
         field = f"argument '{where}'" if where else "arguments"
@@ -94,12 +98,33 @@ def validate_arguments(tool: str, schema: dict[str, Any], arguments: Any) -> dic
     return checked
 
 
-def _validators(schema: dict[str, Any]) -> _Validators:
+def schema_problem(schema: Any) -> str | None:
+    """What makes ``schema`` no JSON Schema (2020-12), or None: checked when a tool's
+    configuration loads, and before a tool from elsewhere (an MCP server) is first called."""
+    try:
+        _StrictValidator.check_schema(schema)
+    except SchemaError as exc:
+        where = "/".join(str(part) for part in exc.absolute_path)
+        return f"{exc.message}" + (f" (at {where})" if where else "")
+    return None
+
+
+def _broken(tool: str, why: str) -> ToolFailed:
+    return ToolFailed(
+        f"{tool}: its parameter schema is not usable: {why}; the tool's definition must be "
+        "fixed (a valid JSON Schema 2020-12 object schema)"
+    )
+
+
+def _validators(tool: str, schema: dict[str, Any]) -> _Validators:
     """The schema's validators, built once: building one costs more than validating a small
-    call's arguments."""
+    call's arguments. Raises ``ToolFailed`` for a schema that is no JSON Schema."""
     cached = _VALIDATORS.get(id(schema))
     if cached is not None and cached.schema is schema:
         return cached
+    problem = schema_problem(schema)
+    if problem is not None:
+        raise _broken(tool, problem)
     if len(_VALIDATORS) >= _VALIDATORS_MAX:
         _VALIDATORS.clear()  # schemas of tools since replaced (a reload); rebuilt on use
     built = _Validators(schema, _StrictValidator(schema), _compiled(schema))

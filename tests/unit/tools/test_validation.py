@@ -1,12 +1,14 @@
 """Argument validation: no coercion, strict JSON values, defaults, errors naming the field."""
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sandgate.errors import InvalidArguments
+from sandgate.config import load_config
+from sandgate.errors import ConfigError, InvalidArguments, ToolFailed
 from sandgate.tools.names import canonical_name
 from sandgate.tools.validation import _StrictValidator, _validators, validate_arguments
 
@@ -149,7 +151,7 @@ DIFFERENTIAL_SCHEMAS: list[dict[str, Any]] = [
         "minProperties": 1,
         "unevaluatedProperties": False,
     },
-    {"type": "object", "prefixItems": [], "propertyNames": {"maxLength": 3}},
+    {"type": "object", "propertyNames": {"maxLength": 3}, "maxProperties": 2},
 ]
 
 json_values = st.recursive(
@@ -199,8 +201,8 @@ def test_compiled_validator_accepts_exactly_what_the_reference_accepts(
 
 def test_compiled_validator_judges_the_common_case() -> None:
     # Without it the event loop pays ~25 µs of Python per call (docs/benchmarks.md).
-    assert _validators(SCHEMA).fast is not None
-    assert _validators(SCHEMA).fast.is_valid({"count": 1})  # type: ignore[union-attr]
+    assert _validators("t", SCHEMA).fast is not None
+    assert _validators("t", SCHEMA).fast.is_valid({"count": 1})  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -209,14 +211,13 @@ def test_compiled_validator_judges_the_common_case() -> None:
         {"type": "object", "properties": {"id": {"type": "string", "pattern": "^[a-z]+$"}}},
         {"type": "object", "patternProperties": {"^x": {"type": "integer"}}},
         {"type": "object", "properties": {"p": {"$ref": "http://127.0.0.1:9/remote.json"}}},
-        {"type": "object", "properties": {"p": {"type": "no-such-type"}}},
         {"type": "object", "properties": {"p": {"type": "number", "multipleOf": 0.1}}},
     ],
 )
 def test_the_reference_alone_judges_what_the_compiled_validator_could_judge_otherwise(
     schema: dict[str, Any],
 ) -> None:
-    assert _validators(schema).fast is None
+    assert _validators("t", schema).fast is None
 
 
 def test_a_pattern_is_checked_by_the_reference() -> None:
@@ -273,3 +274,41 @@ def test_numeric_keywords_judge_integers_as_the_reference_does(
         except InvalidArguments:
             accepted = False
         assert accepted == _reference_accepts(schema, {"v": value}), (keyword_schema, value)
+
+
+@pytest.mark.parametrize(
+    ("schema", "problem"),
+    [
+        ({"type": "object", "properties": {"p": {"type": "no-such-type"}}}, "no-such-type"),
+        ({"type": "object", "properties": {"p": {"minLength": -1}}}, "minLength"),
+        ({"type": "object", "required": "p"}, "required"),
+    ],
+)
+def test_a_tool_whose_schema_is_no_json_schema_fails_clearly_not_as_a_500(
+    schema: dict[str, Any], problem: str
+) -> None:
+    # A tool from an MCP server brings its own schema: a broken one is the tool's failure,
+    # named, whatever the arguments.
+    with pytest.raises(ToolFailed, match=f"t: its parameter schema is not usable: .*{problem}"):
+        validate_arguments("t", schema, {})
+
+
+def test_a_tool_schema_whose_ref_resolves_nowhere_fails_clearly() -> None:
+    schema = {"type": "object", "properties": {"p": {"$ref": "#/$defs/missing"}}}
+    with pytest.raises(ToolFailed, match="a \\$ref it holds does not resolve"):
+        validate_arguments("t", schema, {"p": 1})
+
+
+def test_a_configured_tool_whose_schema_is_no_json_schema_is_refused_at_load(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "sandgate.yaml"
+    path.write_text(
+        "tools:\n"
+        "  - name: w\n"
+        "    kind: exec\n"
+        "    command: [/bin/true]\n"
+        "    parameters: {type: object, properties: {n: {type: integr}}}\n"
+    )
+    with pytest.raises(ConfigError, match=r"parameters is not a JSON Schema .*integr"):
+        load_config(path, environ={"SANDGATE_HOME": str(tmp_path)})
