@@ -1,6 +1,7 @@
 """The whole call pipeline with real services (python tools, file audit, SQLite index)."""
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -248,3 +249,20 @@ def test_point_3_an_agents_tools_are_a_hard_limit(tmp_path: Path) -> None:
     rules = [(r["tool"], r["rule"]) for r in gateway.audit.records()]
     assert rules == [("other", "agent-tools"), ("echo", "allow-all"), ("other", "allow-all")]
     assert gateway.dry_run(narrow, "other", {})["rule"] == "agent-tools"
+
+
+def test_a_tool_whose_schema_is_broken_fails_clearly_and_is_audited(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What an MCP server could bring: its own schema, never checked by the configuration.
+    tool = gateway.registry.get("echo")
+    assert tool is not None
+    broken = {"type": "object", "properties": {"n": {"type": "no-such-type"}}}
+    monkeypatch.setitem(gateway.registry._tools, "echo", replace(tool, parameters=broken))
+    before = len(sample_tools.CALLS)
+    reply = call(gateway, "echo", {"n": 7})
+    assert reply["error"]["code"] == "tool_failed" and reply["error"]["status"] == 502
+    assert "parameter schema is not usable" in reply["error"]["message"]
+    assert len(sample_tools.CALLS) == before  # the tool never ran
+    record = list(gateway.audit.records())[-1]
+    assert (record["tool"], record["outcome"]) == ("echo", "failed")
