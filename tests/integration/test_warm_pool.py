@@ -21,10 +21,12 @@ def _pooled(runtime: str, server: RunningServer) -> list[str]:
     """Sandboxes of this server that the runtime started (rows or not), in no order."""
     if runtime == "docker":
         instance = (server.home / "instance-id").read_text().strip()
-        found = docker.from_env().containers.list(
+        # The list alone (no inspect per container): one removed between the two (a boot
+        # discarded) must not fail the count.
+        found = docker.from_env().api.containers(
             all=True, filters={"label": f"sandgate.instance={instance}"}
         )
-        return [c.labels["sandgate.sandbox"] for c in found]
+        return [c["Labels"]["sandgate.sandbox"] for c in found]
     started = []
     for state in (server.home / "bwrap").glob("*/state.json"):
         try:

@@ -303,8 +303,14 @@ print(json.dumps({"pids": pids, "concurrent_s": took, "code": code,
 
         crashed = box.sh("mcp_crash")
         assert crashed.exit_code == 1 and "tool_failed" in crashed.stderr
-        wait_for(lambda: mcp_state(server)["state"] == "up", "the MCP session to restart")
-        assert int(str(mcp_state(server)["restarts"])) >= 1
+        # The call's failure can reach the caller before the session has seen its server end:
+        # "up" alone may still be the old session's state.
+        wait_for(
+            lambda: (
+                (state := mcp_state(server))["state"] == "up" and int(str(state["restarts"])) >= 1
+            ),
+            "the MCP session to restart",
+        )
         again = box.sh("python3 -c 'import sandgate_tools as t; print(t.mcp_pid()[\"result\"])'")
         assert again.exit_code == 0 and int(again.stdout) != got["pids"][0]
     finally:
