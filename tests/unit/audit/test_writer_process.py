@@ -15,9 +15,9 @@ import struct
 import subprocess
 import sys
 import termios
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -28,6 +28,7 @@ from sandgate.store import Store
 from tests.fixtures.postgres import postgres_database
 
 KEY = b"checkpoint-test-key"
+T = TypeVar("T")
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -41,8 +42,27 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-def build(home: Path) -> AuditLog:
-    return AuditLog(home / "audit", Store.open(f"sqlite:///{home / 'db.sqlite'}"))
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[AuditLog]:
+    """A log on a SQLite file of its own, closed after the test (its writer process too)."""
+    audit = AuditLog(tmp_path / "audit", Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    yield audit
+    audit.close()
+
+
+def on_loop_writer(log: AuditLog, scenario: Callable[[], Awaitable[T]]) -> T:
+    """Runs ``scenario`` on an event loop whose writer process the log starts first and
+    stops last, as ``serve``'s lifespan does: also when the scenario failed, so threads
+    waiting on the loop are answered before it ends."""
+
+    async def run() -> T:
+        assert await log.start_loop_writer()
+        try:
+            return await scenario()
+        finally:
+            await log.stop_loop_writer()
+
+    return asyncio.run(run())
 
 
 def kill_writer(log: AuditLog) -> int:
@@ -96,48 +116,38 @@ def test_the_process_seals_writes_indexes_and_checkpoints_what_the_loop_queues(
 
 
 def test_tampering_found_by_the_process_fails_the_server_closed_until_recovered(
-    tmp_path: Path,
+    log: AuditLog,
 ) -> None:
-    log = build(tmp_path)
     assert log.start_process()
-    try:
-        for n in range(6):
-            log.append({"event": "tool.call", "n": n})
-        content = log.path.read_text().splitlines()
-        log.path.write_text("".join(line + "\n" for line in content[:4]))  # records 5, 6 cut
+    for n in range(6):
+        log.append({"event": "tool.call", "n": n})
+    content = log.path.read_text().splitlines()
+    log.path.write_text("".join(line + "\n" for line in content[:4]))  # records 5, 6 cut
 
-        with pytest.raises(AuditTampered) as refused:
-            log.append({"event": "tool.call", "n": 6})
-        assert "first bad record: 5" in refused.value.message
-        # The server now knows what the process found: health, and calls refused before
-        # any tool runs.
-        assert log.health.state is AuditState.TAMPERED and log.health.first_bad == 5
-        with pytest.raises(AuditTampered):
-            log.check_writable()
+    with pytest.raises(AuditTampered) as refused:
+        log.append({"event": "tool.call", "n": 6})
+    assert "first bad record: 5" in refused.value.message
+    # The server now knows what the process found: health, and calls refused before
+    # any tool runs.
+    assert log.health.state is AuditState.TAMPERED and log.health.first_bad == 5
+    with pytest.raises(AuditTampered):
+        log.check_writable()
 
-        record = log.recover(by="test")
-        assert record["seq"] == 7
-        assert log.append({"event": "tool.call", "n": 7})["seq"] == 8
-        assert log.health.state is AuditState.OK and log.verify().ok
-    finally:
-        log.close()
+    record = log.recover(by="test")
+    assert record["seq"] == 7
+    assert log.append({"event": "tool.call", "n": 7})["seq"] == 8
+    assert log.health.state is AuditState.OK and log.verify().ok
 
 
-def test_a_writer_process_that_died_is_started_again_and_the_chain_goes_on(
-    tmp_path: Path,
-) -> None:
-    log = build(tmp_path)
+def test_a_writer_process_that_died_is_started_again_and_the_chain_goes_on(log: AuditLog) -> None:
     assert log.start_process()
-    try:
-        first = log.append({"event": "tool.call", "n": 0})
-        dead = kill_writer(log)
+    first = log.append({"event": "tool.call", "n": 0})
+    dead = kill_writer(log)
 
-        second = log.append({"event": "tool.call", "n": 1})
-        assert second["seq"] == first["seq"] + 1 and second["prev"] == first["hash"]
-        assert log.writer_pid not in (None, dead)
-        assert log.verify().ok
-    finally:
-        log.close()
+    second = log.append({"event": "tool.call", "n": 1})
+    assert second["seq"] == first["seq"] + 1 and second["prev"] == first["hash"]
+    assert log.writer_pid not in (None, dead)
+    assert log.verify().ok
 
 
 def test_an_in_memory_store_keeps_the_writer_in_this_process() -> None:
@@ -145,20 +155,16 @@ def test_an_in_memory_store_keeps_the_writer_in_this_process() -> None:
     assert log.start_process() is False and log.writer_pid is None
 
 
-def test_the_process_ignores_signals_meant_for_the_server(tmp_path: Path) -> None:
+def test_the_process_ignores_signals_meant_for_the_server(log: AuditLog) -> None:
     """A service manager signals the whole group; the process must not die mid-batch, it
     ends when the server closes its pipe."""
-    log = build(tmp_path)
     assert log.start_process()
-    try:
-        pid = log.writer_pid
-        assert pid is not None
-        os.kill(pid, signal.SIGTERM)
-        os.kill(pid, signal.SIGINT)
-        assert log.append({"event": "tool.call"})["seq"] == 1
-        assert log.writer_pid == pid  # the same process wrote it
-    finally:
-        log.close()
+    pid = log.writer_pid
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    os.kill(pid, signal.SIGINT)
+    assert log.append({"event": "tool.call"})["seq"] == 1
+    assert log.writer_pid == pid  # the same process wrote it
 
 
 SERVER = """
@@ -199,24 +205,20 @@ def test_the_process_ends_when_the_server_is_killed(tmp_path: Path) -> None:
 
 
 def test_a_writer_process_that_cannot_start_again_leaves_the_writing_to_the_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    log: AuditLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    log = build(tmp_path)
     assert log.start_process()
-    try:
-        first = log.append({"event": "tool.call", "n": 0})
-        kill_writer(log)
+    first = log.append({"event": "tool.call", "n": 0})
+    kill_writer(log)
 
-        def cannot_start(self: WriterProcess) -> None:
-            raise AuditUnavailable("the audit writer process did not start: no interpreter")
+    def cannot_start(self: WriterProcess) -> None:
+        raise AuditUnavailable("the audit writer process did not start: no interpreter")
 
-        monkeypatch.setattr(WriterProcess, "start", cannot_start)
-        second = log.append({"event": "tool.call", "n": 1})
-        assert second["seq"] == first["seq"] + 1 and second["prev"] == first["hash"]
-        assert log.writer_pid is None  # this process writes from now on
-        assert log.verify().ok
-    finally:
-        log.close()
+    monkeypatch.setattr(WriterProcess, "start", cannot_start)
+    second = log.append({"event": "tool.call", "n": 1})
+    assert second["seq"] == first["seq"] + 1 and second["prev"] == first["hash"]
+    assert log.writer_pid is None  # this process writes from now on
+    assert log.verify().ok
 
 
 # -- serve: the event loop hands the batches over itself (audit._pump) ---------------------------
@@ -232,7 +234,6 @@ def test_the_loop_hands_its_batches_to_the_process_without_a_writer_thread(
     monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd)))
 
     async def scenario() -> tuple[list[dict[str, Any]], dict[str, Any], int]:
-        assert await log.start_loop_writer()
         pid = log.writer_pid
         assert pid is not None and pid != os.getpid()
         # A record submitted on another thread is handed to the loop, not to a thread.
@@ -240,12 +241,10 @@ def test_the_loop_hands_its_batches_to_the_process_without_a_writer_thread(
         sealed = await asyncio.gather(
             *(log.write({"event": "tool.call", "tool": "kv", "n": n}) for n in range(50))
         )
-        other = await elsewhere
-        await log.stop_loop_writer()
-        return sealed, other, pid
+        return sealed, await elsewhere, pid
 
     try:
-        sealed, other, pid = asyncio.run(scenario())
+        sealed, other, pid = on_loop_writer(log, scenario)
         got = sorted([*sealed, other], key=lambda r: int(r["seq"]))
         assert [r["seq"] for r in got] == list(range(1, 52))
         # What each caller got back is the record as the process wrote it, hash included.
@@ -264,12 +263,9 @@ def test_the_loop_hands_its_batches_to_the_process_without_a_writer_thread(
 
 
 def test_a_loop_writer_whose_process_ended_starts_another_and_the_chain_goes_on(
-    tmp_path: Path,
+    log: AuditLog,
 ) -> None:
-    log = build(tmp_path)
-
-    async def scenario() -> None:
-        assert await log.start_loop_writer()
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
         first = await log.write({"event": "tool.call", "n": 0})
         dead = kill_writer(log)
         second = await log.write({"event": "tool.call", "n": 1})
@@ -287,16 +283,13 @@ def test_a_loop_writer_whose_process_ended_starts_another_and_the_chain_goes_on(
             await held
         third = await log.write({"event": "tool.call", "n": 3})
         assert log.writer_pid not in (None, pid)
-        await log.stop_loop_writer()
-        # Stopped before it read the batch, the process never wrote the held record.
-        assert third["seq"] == second["seq"] + 1 and third["prev"] == second["hash"]
-        assert [r["n"] for r in file_records(log)] == [0, 1, 3]
+        return second, third
 
-    try:
-        asyncio.run(scenario())
-        assert log.verify().ok
-    finally:
-        log.close()
+    second, third = on_loop_writer(log, scenario)
+    # Stopped before it read the batch, the process never wrote the held record.
+    assert third["seq"] == second["seq"] + 1 and third["prev"] == second["hash"]
+    assert [r["n"] for r in file_records(log)] == [0, 1, 3]
+    assert log.verify().ok
 
 
 async def _until_sent(pid: int) -> None:
@@ -311,15 +304,12 @@ async def _until_sent(pid: int) -> None:
 
 
 def test_a_loop_writer_whose_process_cannot_start_again_leaves_the_writing_to_the_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    log: AuditLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    log = build(tmp_path)
-
     def cannot_start(self: WriterProcess) -> None:
         raise AuditUnavailable("the audit writer process did not start: no interpreter")
 
     async def scenario() -> None:
-        assert await log.start_loop_writer()
         first = await log.write({"event": "tool.call", "n": 0})
         kill_writer(log)
         monkeypatch.setattr(WriterProcess, "start", cannot_start)
@@ -327,22 +317,15 @@ def test_a_loop_writer_whose_process_cannot_start_again_leaves_the_writing_to_th
         assert [r["seq"] for r in rest] == [first["seq"] + 1, first["seq"] + 2]
         assert log.writer_pid is None  # this process writes from now on, on its thread
         assert log._thread is not None
-        await log.stop_loop_writer()
 
-    try:
-        asyncio.run(scenario())
-        assert log.verify().ok
-    finally:
-        log.close()
+    on_loop_writer(log, scenario)
+    assert log.verify().ok
 
 
 def test_tampering_found_through_the_loop_fails_the_server_closed_until_recovered(
-    tmp_path: Path,
+    log: AuditLog,
 ) -> None:
-    log = build(tmp_path)
-
     async def scenario() -> None:
-        assert await log.start_loop_writer()
         for n in range(6):
             await log.write({"event": "tool.call", "n": n})
         content = log.path.read_text().splitlines()
@@ -357,20 +340,13 @@ def test_tampering_found_through_the_loop_fails_the_server_closed_until_recovere
 
         assert log.recover(by="test")["seq"] == 7
         assert (await log.write({"event": "tool.call", "n": 7}))["seq"] == 8
-        await log.stop_loop_writer()
 
-    try:
-        asyncio.run(scenario())
-        assert log.health.state is AuditState.OK and log.verify().ok
-    finally:
-        log.close()
+    on_loop_writer(log, scenario)
+    assert log.health.state is AuditState.OK and log.verify().ok
 
 
-def test_stopping_the_loop_writer_writes_everything_it_was_handed(tmp_path: Path) -> None:
-    log = build(tmp_path)
-
+def test_stopping_the_loop_writer_writes_everything_it_was_handed(log: AuditLog) -> None:
     async def scenario() -> list[asyncio.Future[dict[str, object]]]:
-        assert await log.start_loop_writer()
         queued = [log.queue({"event": "tool.call", "n": n}) for n in range(30)]
         await log.stop_loop_writer()  # nothing awaited the records yet
         assert all(future.done() for future in queued)
@@ -378,44 +354,34 @@ def test_stopping_the_loop_writer_writes_everything_it_was_handed(tmp_path: Path
         assert after["seq"] == 31
         return queued
 
-    try:
-        queued = asyncio.run(scenario())
-        assert [future.result()["seq"] for future in queued] == list(range(1, 31))
-        assert [r["n"] for r in file_records(log)] == list(range(31))
-    finally:
-        log.close()
+    queued = on_loop_writer(log, scenario)
+    assert [future.result()["seq"] for future in queued] == list(range(1, 31))
+    assert [r["n"] for r in file_records(log)] == list(range(31))
 
 
-def test_a_blocking_append_on_the_loop_itself_is_written_by_the_thread(tmp_path: Path) -> None:
+def test_a_blocking_append_on_the_loop_itself_is_written_by_the_thread(log: AuditLog) -> None:
     # Misuse (it blocks the loop), but it must not deadlock: the loop's pump cannot run
     # while its own thread waits.
-    log = build(tmp_path)
-
     async def scenario() -> None:
-        assert await log.start_loop_writer()
         first = await log.write({"event": "tool.call", "n": 0})
         second = log.append({"event": "tool.call", "n": 1})
         assert second["seq"] == first["seq"] + 1 and second["prev"] == first["hash"]
         assert log._thread is not None
-        await log.stop_loop_writer()
 
-    try:
-        asyncio.run(scenario())
-        assert log.verify().ok
-    finally:
-        log.close()
+    on_loop_writer(log, scenario)
+    assert log.verify().ok
 
 
 def test_every_caller_hears_back_while_the_loop_writer_is_killed_under_load(
-    tmp_path: Path,
+    log: AuditLog,
 ) -> None:
     """Records from the loop and from four threads at once, the process SIGKILLed in the
     middle (after each of the first two waves, when one runs): every caller hears back (its
     sealed record, or ``audit_unavailable``), every record confirmed is in the file as
     sealed, and the chain verifies."""
-    log = build(tmp_path)
     confirmed: list[dict[str, Any]] = []
     refused: list[BaseException] = []
+    killed: list[int] = []
 
     def from_thread(worker: int) -> None:
         for n in range(40):
@@ -424,42 +390,32 @@ def test_every_caller_hears_back_while_the_loop_writer_is_killed_under_load(
             except AuditUnavailable as exc:
                 refused.append(exc)
 
-    killed: list[int] = []
-
     async def scenario() -> None:
-        assert await log.start_loop_writer()
-        try:
-            threaded = asyncio.gather(*(asyncio.to_thread(from_thread, w) for w in range(4)))
-            for wave in range(3):
-                outcomes = await asyncio.gather(
-                    *(log.write({"event": "tool.call", "wave": wave, "n": n}) for n in range(60)),
-                    return_exceptions=True,
-                )
-                for outcome in outcomes:
-                    if isinstance(outcome, AuditUnavailable):
-                        refused.append(outcome)
-                    else:
-                        assert isinstance(outcome, dict), outcome
-                        confirmed.append(outcome)
-                pid = log.writer_pid  # None while a new one starts
-                if wave < 2 and pid is not None and _kill_exactly(pid):
-                    killed.append(pid)  # not reaped here: a batch finds it gone
-            await threaded
-        finally:
-            # Whatever failed above, the threads' records are answered before the loop ends.
-            await log.stop_loop_writer()
+        threaded = asyncio.gather(*(asyncio.to_thread(from_thread, w) for w in range(4)))
+        for wave in range(3):
+            outcomes = await asyncio.gather(
+                *(log.write({"event": "tool.call", "wave": wave, "n": n}) for n in range(60)),
+                return_exceptions=True,
+            )
+            for outcome in outcomes:
+                if isinstance(outcome, AuditUnavailable):
+                    refused.append(outcome)
+                else:
+                    assert isinstance(outcome, dict), outcome
+                    confirmed.append(outcome)
+            pid = log.writer_pid  # None while a new one starts
+            if wave < 2 and pid is not None and _kill_exactly(pid):
+                killed.append(pid)  # not reaped here: a batch finds it gone
+        await threaded
 
-    try:
-        asyncio.run(scenario())
-        assert killed and len(confirmed) + len(refused) == 4 * 40 + 3 * 60
-        assert confirmed and all("ended" in str(exc) for exc in refused)
-        assert len({int(r["hash"], 16) for r in confirmed}) == len(confirmed)
-        written = {int(r["seq"]): r for r in file_records(log)}  # type: ignore[call-overload]
-        for record in confirmed:
-            assert written[record["seq"]] == record
-        assert log.verify().ok
-    finally:
-        log.close()
+    on_loop_writer(log, scenario)
+    assert killed and len(confirmed) + len(refused) == 4 * 40 + 3 * 60
+    assert confirmed and all("ended" in str(exc) for exc in refused)
+    assert len({int(r["hash"], 16) for r in confirmed}) == len(confirmed)
+    written = {int(r["seq"]): r for r in file_records(log)}  # type: ignore[call-overload]
+    for record in confirmed:
+        assert written[record["seq"]] == record
+    assert log.verify().ok
 
 
 def _kill_exactly(pid: int) -> bool:
