@@ -100,6 +100,12 @@ class WriterProcess:
                 f"the audit writer process did not start: {_error_message(reply)}"
             )
 
+    def restart(self) -> None:
+        """Ends this process (if it has not ended) and starts a new one; raises
+        ``AuditUnavailable`` (or ``OSError``) when the new one cannot start."""
+        self.close()
+        self.start()
+
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None

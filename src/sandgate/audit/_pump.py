@@ -166,7 +166,7 @@ class LoopPump:
         started, the writer thread writes from now on and is handed what is queued."""
         self._disconnect()
         try:
-            await asyncio.to_thread(self._start_again)
+            await asyncio.to_thread(self.process.restart)
             await self.open()
         except (AuditUnavailable, OSError) as exc:
             log.error("audit.writer_in_thread", why=str(exc))
@@ -181,10 +181,6 @@ class LoopPump:
         self._broken = False
         log.warning("audit.writer_restarted", pid=self.process.pid)
         return True
-
-    def _start_again(self) -> None:
-        self.process.close()
-        self.process.start()
 
     def _disconnect(self) -> None:
         for transport in (self._writer, self._answers):

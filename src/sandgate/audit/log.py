@@ -562,9 +562,8 @@ class AuditLog:
     def _restart(self, process: WriterProcess) -> bool:
         """Starts a writer process that ended again; if it cannot start, this thread writes
         from now on (logged), so a broken interpreter never stops the log."""
-        process.close()
         try:
-            process.start()
+            process.restart()
         except (AuditUnavailable, OSError) as exc:
             log.error("audit.writer_in_thread", why=str(exc))
             self._process = None
