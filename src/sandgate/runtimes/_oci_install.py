@@ -41,13 +41,16 @@ _RELOAD_TIMEOUT_S = 10.0
 
 def shim_script(runc: str, python: str) -> str:
     """The shell front registered with the engine."""
-    runc_q, python_q, module_q = shlex.quote(runc), shlex.quote(python), shlex.quote(str(_MODULE))
+    # The module is imported, not run as a script: Python keeps an imported module's bytecode
+    # (``__pycache__``, next to it) and compiles a script's on every run, ~2 ms of each create.
+    boot = f'import sys; sys.path.insert(0, "{SHIM_DIR}"); from oci_shim import main; main()'
+    runc_q, python_q, boot_q = shlex.quote(runc), shlex.quote(python), shlex.quote(boot)
     return (
         "#!/bin/sh\n"
         "# Sandgate's OCI runtime (written by sandgate; see docs/operations.md#docker).\n"
         "# Every call goes to runc, except `create`, which prepares the sandbox first.\n"
         'case " $* " in\n'
-        f'*" create "*) exec {python_q} -I -S {module_q} --runc {runc_q} -- "$@" ;;\n'
+        f'*" create "*) exec {python_q} -I -S -c {boot_q} --runc {runc_q} -- "$@" ;;\n'
         "esac\n"
         f'exec {runc_q} "$@"\n'
     )
@@ -74,7 +77,10 @@ def ensure_shim(client: Any, *, runc: str, local: bool) -> None:
                 f"the OCI runtime '{runc}' is not installed on this host (runtime.docker."
                 "oci_runtime); install runc (apt-get install runc) or name its path"
             )
-        _write(_MODULE, Path(__file__).with_name("oci_shim.py").read_bytes(), 0o644)
+        if _write(_MODULE, Path(__file__).with_name("oci_shim.py").read_bytes(), 0o644):
+            # Bytecode of the code before: Python checks it against the source's mtime and
+            # size only, which a rewrite within the same second could leave equal.
+            shutil.rmtree(SHIM_DIR / "__pycache__", ignore_errors=True)
         _write(_FRONT, shim_script(runc_path, _python()).encode(), 0o755)
     if _registered(client):
         return
@@ -138,10 +144,11 @@ def _dockerd_pid() -> int | None:
     return None
 
 
-def _write(path: Path, data: bytes, mode: int) -> None:
-    """Replaces ``path`` atomically when its content differs."""
+def _write(path: Path, data: bytes, mode: int) -> bool:
+    """Replaces ``path`` atomically when its content differs; True when it did."""
     with contextlib.suppress(OSError):
         if path.read_bytes() == data:
-            return
+            return False
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
     write_atomic(path, data, mode=mode)
+    return True

@@ -36,15 +36,16 @@ Sandgate's request; the stage it reads is root-only. It trusts nothing inside th
 from __future__ import annotations
 
 # Start-up time is part of every Docker sandbox's create: only cheap modules here (no
-# subprocess, pathlib or socket.py; ``_socket`` is the C module behind socket.py).
+# subprocess, pathlib, socket.py or json; ``_socket`` is the C module behind socket.py, and
+# ``_json`` the one behind json, whose own import of ``re`` and ``enum`` costs ~6 ms a create).
 import _socket
-import json
 import os
 import resource
 import sys
 
 TYPE_CHECKING = False  # typing costs ~10 ms to import; annotations are strings here
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, NoReturn
 
 __all__ = ["STAGE_DIR", "apply_rlimits", "bind_listener", "main", "patch_config", "report"]
@@ -58,6 +59,55 @@ _DOCKER_FILES = frozenset({"/etc/hosts", "/etc/hostname", "/etc/resolv.conf"})
 _STAGED_FLAGS = {GUEST_DIR: ("ro", "nosuid", "nodev"), "/dev/pts": ("nosuid", "noexec")}
 #: The flags of a team volume's staged bind (``<stage>/volumes/<n>``).
 _VOLUME_FLAGS = ("nosuid", "nodev")
+
+
+class _JsonContext:
+    """What ``_json.make_scanner`` reads from a ``json.JSONDecoder``: its defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = float  # NaN, Infinity, -Infinity
+
+
+def _unserializable(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _json_codec() -> tuple[Callable[[bytes], Any], Callable[[object], str]]:
+    """``json.loads`` and ``json.dumps`` (same results, same bytes) from ``_json`` alone; the
+    ``json`` module itself where the accelerator is missing or not as expected."""
+    try:
+        from _json import encode_basestring_ascii, make_encoder, make_scanner
+
+        scan = make_scanner(_JsonContext())  # type: ignore[arg-type]  # typeshed: a scanner
+        encode = make_encoder(
+            None, _unserializable, encode_basestring_ascii, None, ": ", ", ", False, False, True
+        )
+    except (ImportError, TypeError):
+        import json
+
+        return json.loads, json.dumps
+
+    def loads(data: bytes) -> Any:
+        text = data.decode("utf-8").strip(" \t\n\r")
+        try:
+            value, end = scan(text, 0)
+        except StopIteration:
+            raise ValueError("not a JSON document") from None
+        if end != len(text):
+            raise ValueError("extra data after the JSON document")
+        return value
+
+    def dumps(value: object) -> str:
+        return "".join(encode(value, 0))
+
+    return loads, dumps
+
+
+loads, dumps = _json_codec()
 
 
 class ShimError(Exception):
@@ -166,7 +216,7 @@ def _stage_of(config: dict[str, Any]) -> dict[str, Any]:
             break
         try:
             with open(os.path.join(stage, "stage.json"), "rb") as file:
-                info = json.loads(file.read())
+                info = loads(file.read())
         except (OSError, ValueError):
             raise ShimError(f"sandgate runtime: no stage for {sandbox_id}") from None
         if not isinstance(info, dict) or info.get("sandbox_id") != sandbox_id:
@@ -191,7 +241,7 @@ def _create(runc: str, args: list[str], index: int) -> NoReturn:
             bundle = arg.split("=", 1)[1]
     config_path = os.path.join(bundle, "config.json")
     with open(config_path, "rb") as file:
-        config = json.loads(file.read())
+        config = loads(file.read())
     info = _stage_of(config)
     userns = info.get("userns")
     if not isinstance(userns, str) or not userns.startswith(STAGE_DIR + "/"):
@@ -200,7 +250,7 @@ def _create(runc: str, args: list[str], index: int) -> NoReturn:
     apply_rlimits(config)
     temp = os.path.join(bundle, ".config.json.sandgate")
     with open(temp, "w") as file:
-        file.write(json.dumps(patched))
+        file.write(dumps(patched))
     os.replace(temp, config_path)
     # fd 3 must be free for the listener: hold it with /dev/null until then.
     placeholder = os.open(os.devnull, os.O_RDONLY)
@@ -235,9 +285,9 @@ def report(args: list[str], message: str) -> None:
     if not log_path:
         return
     if log_format == "json":
-        line = json.dumps({"level": "error", "msg": message})
+        line = dumps({"level": "error", "msg": message})
     else:
-        line = f"level=error msg={json.dumps(message)}"
+        line = f"level=error msg={dumps(message)}"
     try:
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:

@@ -7,13 +7,18 @@ import json
 import os
 import socket
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import sandgate
+from sandgate.runtimes import oci_shim
 from sandgate.runtimes.oci_shim import bind_listener, patch_config, report, subcommand
 from sandgate.runtimes.oci_shim import main as shim_main
 
@@ -172,3 +177,43 @@ def test_a_container_that_is_no_sandbox_is_refused_in_runcs_log(tmp_path: Path) 
         shim_main(["--runc", "/bin/false", "--", *args])
     assert exited.value.code == 1
     assert "is not a Sandgate sandbox" in json.loads(log.read_text())["msg"]
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(JSON_VALUES)
+def test_the_shims_json_reads_and_writes_what_the_json_module_does(value: Any) -> None:
+    """The shim rewrites the engine's ``config.json`` with ``_json`` alone (``json``'s import
+    costs every Docker create ~6 ms): byte for byte what ``json.dumps`` writes, and it reads
+    back what ``json.loads`` reads."""
+    text = oci_shim.dumps(value)
+    assert text == json.dumps(value)
+    assert oci_shim.loads(f" \n{text}\t".encode()) == json.loads(text)
+
+
+@pytest.mark.parametrize("document", [b"", b"{", b'{"a": 1} x', b"[1,]", b"\xff"])
+def test_the_shims_json_refuses_what_the_json_module_refuses(document: bytes) -> None:
+    with pytest.raises(ValueError):
+        json.loads(document)
+    with pytest.raises(ValueError):
+        oci_shim.loads(document)
+
+
+def test_the_shim_starts_without_json_re_or_typing() -> None:
+    """Start-up is part of every Docker create: the shim, as the engine runs it, imports
+    none of the stdlib's costly modules."""
+    path = str(Path(oci_shim.__file__))
+    probe = (
+        f"import sys; exec(compile(open({path!r}).read(), {path!r}, 'exec'), "
+        "{'__name__': 'oci_shim'}); "
+        "print(sorted({'json', 're', 'enum', 'typing'} & set(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
