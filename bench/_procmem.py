@@ -60,6 +60,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def host_cpu_seconds() -> float:
+    """CPU time the whole host has spent so far, every core (all but idle and iowait)."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n")[0].split()[1:8]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def parent(pid: int) -> int:
     """The parent pid of ``pid`` (from /proc/<pid>/stat; the name may hold spaces)."""
     stat = Path(f"/proc/{pid}/stat").read_text()

@@ -54,8 +54,8 @@ from bench.bursts import DOCKER_RUN, raw_burst
 
 SECTION = "Docker bursts through the SDK, paired"
 _HEADER = (
-    "| round | this code: ms (x raw) | before: ms (x raw) | raw burst (ms) "
-    "| host CPU per sandbox (ms): this / before / raw |\n|---|---|---|---|---|"
+    "| round | this code: ms (x raw) | before: ms (x raw) | raw `docker run` burst (ms) |\n"
+    "|---|---|---|---|"
 )
 _INSTALL_SHIM = (
     "import docker\n"
@@ -86,25 +86,12 @@ def busy(count: int) -> Iterator[None]:
             hog.wait()
 
 
-def sdk_burst(python: Path, server: RunningServer, size: int) -> tuple[float, float]:
-    """(wall seconds, host CPU seconds) of one burst through the SDK."""
+def sdk_burst(python: Path, server: RunningServer, size: int) -> float:
+    """Wall seconds of one burst through the SDK."""
     out = run_sdk_worker(python, "e2b_burst.py", [size, "base"], server.env)
     if out["failures"]:
         raise SystemExit(f"{len(out['failures'])} creates of a burst failed: {out['failures']}")
-    return float(out["burst_s"]), float(out["host_cpu_s"])
-
-
-def host_cpu_s() -> float:
-    """CPU time spent by the whole host so far (all but idle and iowait), as the worker reads
-    it."""
-    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n")[0].split()[1:8]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def raw(size: int) -> tuple[float, float]:
-    cpu = host_cpu_s()
-    elapsed = raw_burst(size, DOCKER_RUN)
-    return elapsed, host_cpu_s() - cpu
+    return float(out["burst_s"])
 
 
 def main() -> None:
@@ -117,7 +104,6 @@ def main() -> None:
     sources = side_sources(parser, args)
     python = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0")).python
     samples: dict[str, list[float]] = {"this": [], "previous": [], "raw": []}
-    cpu: dict[str, list[float]] = {"this": [], "previous": [], "raw": []}
     loads = [os.getloadavg()[0]]
     env = {
         **runtime_env("docker"),
@@ -138,13 +124,11 @@ def main() -> None:
                     for step in steps:
                         if step != "raw":
                             install_shim(sources[step])
-                        wall, used = (
-                            raw(args.burst)
+                        samples[step].append(
+                            raw_burst(args.burst, DOCKER_RUN)
                             if step == "raw"
                             else sdk_burst(python, servers[step], args.burst)
                         )
-                        samples[step].append(wall)
-                        cpu[step].append(used / args.burst)
                     loads.append(os.getloadavg()[0])
                     print(index + 1, {k: round(v[-1] * 1000) for k, v in samples.items()})
         finally:
@@ -162,10 +146,6 @@ def main() -> None:
         "this": args.this_label,
         "previous": args.previous_label,
         "samples_s": samples,
-        "host_cpu_s_per_sandbox": cpu,
-        "median_host_cpu_ms_per_sandbox": {
-            key: statistics.median(values) * 1000 for key, values in cpu.items()
-        },
         "median_ms": {key: statistics.median(values) * 1000 for key, values in samples.items()},
         "median_ratio_to_raw": {side: statistics.median(values) for side, values in ratio.items()},
         "median_difference_ms": statistics.median(
@@ -177,29 +157,27 @@ def main() -> None:
     }
     suffix = f"_load{args.load}" if args.load else ""
     write_results(f"docker_bursts_paired{suffix}.json", result)
-    write_section(SECTION, _body(args))
+    write_section(SECTION, _body())
 
 
 def _table(result: dict[str, Any]) -> str:
-    samples, cpu = result["samples_s"], result["host_cpu_s_per_sandbox"]
+    samples = result["samples_s"]
     rows = "\n".join(
         f"| {index + 1} | {this * 1000:.0f} ({this / raw:.2f} x) | "
-        f"{previous * 1000:.0f} ({previous / raw:.2f} x) | {raw * 1000:.0f} | "
-        f"{cpu['this'][index] * 1000:.0f} / {cpu['previous'][index] * 1000:.0f} / "
-        f"{cpu['raw'][index] * 1000:.0f} |"
+        f"{previous * 1000:.0f} ({previous / raw:.2f} x) | {raw * 1000:.0f} |"
         for index, (this, previous, raw) in enumerate(
             zip(samples["this"], samples["previous"], samples["raw"], strict=True)
         )
     )
-    per_sandbox = result["median_host_cpu_ms_per_sandbox"]
     ratio = result["median_ratio_to_raw"]
     median = result["median_ms"]
     difference, faster = result["median_difference_ms"], result["this_faster_rounds"]
     busy, low, high = result["busy_processes"], *result["load"]
     verdict = "met" if ratio["this"] <= 1.05 else "not met"
-    return f"""Measured {result["when"]} on {result["machine"]}, with {busy}
-busy-looping processes running (1-minute load average {low:.1f}-{high:.1f}); "this code" is
-{result["this"]}, "before" is {result["previous"]}.
+    size, rounds = result["burst"], result["rounds"]
+    return f"""Measured {result["when"]} on {result["machine"]}: bursts of {size}, {rounds}
+rounds, {busy} busy-looping processes running (1-minute load average {low:.1f}-{high:.1f});
+"this code" is {result["this"]}, "before" is {result["previous"]}.
 
 {_HEADER}
 {rows}
@@ -208,13 +186,10 @@ Medians: this code {median["this"]:.0f} ms, before {median["previous"]:.0f} ms, 
 {median["raw"]:.0f} ms; median ratio to the raw burst of its round: this code
 **{ratio["this"]:.2f} x**, before {ratio["previous"]:.2f} x (target ≤ 1.05 x: **{verdict}**).
 Median of the per-round differences (this - before): {difference:+.0f} ms; this code faster in
-{faster} of {result["rounds"]} rounds. The host's CPU time per sandbox over the burst (every
-process: SDK client, gateway, engine, shims, guests), medians: this code
-{per_sandbox["this"]:.0f} ms, before {per_sandbox["previous"]:.0f} ms, a raw `docker run`
-{per_sandbox["raw"]:.0f} ms (its CLI included)."""
+{faster} of {result["rounds"]} rounds."""
 
 
-def _body(args: argparse.Namespace) -> str:
+def _body() -> str:
     """One table per ``--load`` measured (each run writes its own results file), fewest busy
     processes first."""
     results = [
@@ -224,15 +199,15 @@ def _body(args: argparse.Namespace) -> str:
     results.sort(key=lambda result: result["busy_processes"])
     tables = "\n\n".join(_table(result) for result in results)
     return f"""
-Both sides' servers run at once (Docker, no warm pool). Each round runs a burst of
-{args.burst} concurrent creates through the official Python SDK (`Sandbox.create` +
-`commands.run("true")`, the sandboxes killed after the burst, untimed) on each side (the first
-side alternating by round) and a raw burst of {args.burst} `docker run --rm --network none …
-true` at once, the raw burst first in every other round. Before each side's burst, that side's
-code installs its own OCI shim (the engine has one `sandgate` runtime). Reproduce: `uv run
-python bench/docker_bursts_paired.py --previous-src DIR --rounds {args.rounds} --burst
-{args.burst} [--load 2]` (`--load N` keeps N busy-looping processes running: a burst is
-CPU-bound on 2 cores, and a busy host is where a single-process gateway loses ground).
+Both sides' servers run at once (Docker, no warm pool). Each round runs a burst of concurrent
+creates through the official Python SDK (`Sandbox.create` + `commands.run("true")`, the
+sandboxes killed after the burst, untimed) on each side (the first side alternating by round)
+and a raw burst of as many `docker run --rm --network none … true` at once, the raw burst first
+in every other round. Before each side's burst, that side's code installs its own OCI shim (the
+engine has one `sandgate` runtime). Reproduce: `uv run python bench/docker_bursts_paired.py
+--previous-src DIR [--rounds 6] [--burst 20] [--load 2]` (`--load N` keeps N busy-looping
+processes running: a burst is CPU-bound on 2 cores, and a busy host is where a single-process
+gateway loses ground).
 
 {tables}
 """
