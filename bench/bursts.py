@@ -241,7 +241,7 @@ the runtime threads mostly wait; the time is the 20 guests' own start (CPython +
 raw `bwrap … true`), so the ≤ 4x target is **not met on a quiet machine** with the Python guest
 (a ratio under 4 measured at a high load average is the load inflating the raw baseline, not a
 pass); it needs the lean guest of point 1. On Docker the runtime threads wait on the engine
-(`containers.run`: create, inspect, start, through Sandgate's OCI shim) and then on the guest
+(create, start and an inspect for the pid, through Sandgate's OCI shim) and then on the guest
 start; the ≤ 1.05x target is **not met**: the engine's work per container plus the guest's
 start stays above raw `docker run … true`, which starts no daemon.
 """
