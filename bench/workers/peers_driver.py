@@ -287,19 +287,32 @@ class Subjects:
         return lambda: self.llm_discard(session)
 
 
+@dataclass(frozen=True)
+class SelfTimed:
+    """What a subject that times itself returns: the seconds that count (a burst's, from its
+    common start to its last first command, without the teardown it ran afterwards)."""
+
+    seconds: float
+
+
 def interleaved(subjects: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:
     """``rounds`` samples of each subject, alternating subjects within a round (order shuffled
-    per round); each call returns a cleanup, run untimed."""
+    per round). A call is timed whole and returns a cleanup, run untimed; or it returns
+    ``SelfTimed``, whose seconds are the sample (a burst tears its sandboxes down inside the
+    call: timing the call whole would count every kill of it)."""
     samples: dict[str, list[float]] = {name: [] for name in subjects}
     names = list(subjects)
     for index in range(rounds):
         random.shuffle(names)
         for name in names:
             start = time.perf_counter()
-            cleanup = subjects[name]()
-            samples[name].append(time.perf_counter() - start)
-            if callable(cleanup):
-                cleanup()
+            outcome = subjects[name]()
+            elapsed = time.perf_counter() - start
+            if isinstance(outcome, SelfTimed):
+                elapsed = outcome.seconds
+            elif callable(outcome):
+                outcome()
+            samples[name].append(elapsed)
         log(f"  round {index + 1}/{rounds}")
     return samples
 
@@ -309,7 +322,7 @@ def no_cleanup(call: Callable[[], Any]) -> None:
     call()
 
 
-def burst(one: Callable[[], Callable[[], None]], size: int, failures: list[str]) -> float:
+def burst(one: Callable[[], Callable[[], None]], size: int, failures: list[str]) -> SelfTimed:
     """Wall time from a common start to the last of ``size`` concurrent ``one()`` done (or
     failed: a burst on a loaded machine can time out one create, which is a result to show,
     appended to ``failures``, not a reason to throw the run away)."""
@@ -342,7 +355,7 @@ def burst(one: Callable[[], Callable[[], None]], size: int, failures: list[str])
     failures.extend(repr(exc) for exc in errors)
     for exc in errors:
         log(f"  a create of the burst failed: {exc!r}")
-    return elapsed
+    return SelfTimed(elapsed)
 
 
 def cold_subjects(s: Subjects) -> dict[str, Callable[[], Callable[[], None]]]:
