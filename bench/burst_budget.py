@@ -86,8 +86,13 @@ def measure(kind: str, python: Path, rounds: int, size: int) -> dict[str, Any]:
                 print(kind, index + 1, {k: round(v[-1] * 1000) for k, v in samples.items()})
         finally:
             factory.close()
+    samples["rest"] = [
+        host - server - client
+        for host, server, client in zip(
+            samples["host"], samples["server"], samples["client"], strict=True
+        )
+    ]
     median = {key: statistics.median(values) * 1000 for key, values in samples.items()}
-    median["rest"] = median["host"] - median["server"] - median["client"]
     cores = os.cpu_count() or 1
     median["budget"] = TARGET[kind] * median["raw_wall_s"] * cores / size
     return {"samples_s": samples, "median_ms": median}
