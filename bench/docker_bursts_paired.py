@@ -77,6 +77,7 @@ def install_shim(src: Path) -> None:
 
 @contextlib.contextmanager
 def busy(count: int) -> Iterator[None]:
+    """``count`` processes spinning on a core each while the block runs."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
     try:
         yield
