@@ -83,10 +83,14 @@ def _json_codec() -> tuple[Callable[[bytes], Any], Callable[[object], str]]:
         from _json import encode_basestring_ascii, make_encoder, make_scanner
 
         scan = make_scanner(_JsonContext())  # type: ignore[arg-type]  # typeshed: a scanner
-        encode = make_encoder(
+        encode = make_encoder(  # markers, default, encoder, indent, separators, sort, skip, nan
             None, _unserializable, encode_basestring_ascii, None, ": ", ", ", False, False, True
         )
-    except (ImportError, TypeError):
+        # A private API: an interpreter whose calls differ must fail here, not in a create.
+        probe = '{"probe": [0, 0.5, null, true, "x"]}'
+        if "".join(encode(scan(probe, 0)[0], 0)) != probe:
+            raise TypeError("_json behaves differently")
+    except (ImportError, TypeError, ValueError, StopIteration):
         import json
 
         return json.loads, json.dumps

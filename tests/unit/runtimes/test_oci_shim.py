@@ -9,6 +9,7 @@ import socket
 import stat
 import subprocess
 import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,31 @@ JSON_VALUES = st.recursive(
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
     max_leaves=30,
 )
+
+
+def test_the_shims_json_is_cpythons_accelerator_not_the_json_module() -> None:
+    """On CPython the probe of ``_json`` passes and the fallback (``json``'s import, the cost
+    this avoids) is not taken."""
+    assert oci_shim.loads is not json.loads
+    assert oci_shim.dumps is not json.dumps
+
+
+@pytest.mark.parametrize("broken", ["missing", "different"])
+def test_the_shim_falls_back_to_json_when_the_accelerator_is_not_as_expected(
+    broken: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_json`` is private: an interpreter without it, or whose calls behave otherwise, gets
+    ``json`` itself, found out at the shim's start, not in the middle of a create."""
+    import _json
+
+    fake = types.ModuleType("_json")
+    if broken == "different":
+        fake.encode_basestring_ascii = _json.encode_basestring_ascii  # type: ignore[attr-defined]
+        fake.make_scanner = _json.make_scanner  # type: ignore[attr-defined]
+        fake.make_encoder = lambda *args: lambda value, level: ["{}"]  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "_json", fake)
+    loads, dumps = oci_shim._json_codec()
+    assert (loads, dumps) == (json.loads, json.dumps)
 
 
 @given(JSON_VALUES)
