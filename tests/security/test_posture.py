@@ -19,6 +19,7 @@ from tests.fixtures.runtimes import RuntimeView
 from tests.framework.posture import DEFAULT_MEMORY_LIMIT, GUEST_MASK, proc_status
 
 STAGE_DIR = Path("/run/sandgate-rt/stage")
+_NAMESPACE_KINDS = {"user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time"}
 
 
 def _cgroup_file(pid: int, controller: str, name: str) -> str:
@@ -59,11 +60,13 @@ def test_ESC_01_host_side_posture(
     inside, base, count = Path(f"/proc/{guest}/uid_map").read_text().split()
     assert inside == "0" and int(base) >= 1_000_000_000 and count == "65536"
 
-    # Leaky Vessels precondition: the guest holds no descriptor of a host directory.
+    # Leaky Vessels precondition: the guest holds no descriptor of a host directory, and
+    # none of a namespace (bubblewrap keeps its ``--userns`` fd open for what it starts).
     for fd in Path(f"/proc/{guest}/fd").iterdir():
         with_target = os.readlink(fd)
         if with_target.startswith("/"):
             assert not stat.S_ISDIR(os.stat(fd).st_mode), with_target
+        assert with_target.partition(":")[0] not in _NAMESPACE_KINDS, with_target
 
     assert int(_cgroup_file(guest, "pids", "pids.max")) == 256
     memory = (

@@ -524,6 +524,21 @@ def _listen(path: str) -> _socket.socket:
     return listener
 
 
+def _close_inherited(listen_fd: int | None) -> None:
+    """SECURITY: closes every descriptor above stdio the runtime left open, but the listening
+    socket. bubblewrap keeps what it was given open for the sandbox (``--userns``' namespace
+    fd, for one); whatever a runtime leaks, the guest (PID 1, root of the sandbox) must not
+    hold it, nor any process it forks (ESC-01)."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, os.sysconf("SC_OPEN_MAX")))
+    for fd in fds:
+        if fd > 2 and fd != listen_fd:
+            with suppress(OSError):  # listdir's own, closed already
+                os.close(fd)
+
+
 def _ensure_std_fds() -> None:
     # Pipes created later must never land on 0-2, or a child's dup2 would clobber them.
     for fd in (0, 1, 2):
@@ -593,6 +608,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         print(f"{_USAGE}\nsandgate-guest: error: {exc}", file=sys.stderr)
         sys.exit(2)
+    _close_inherited(listen_fd)
     _ensure_std_fds()
     os.umask(0o022)
     _harden_self()

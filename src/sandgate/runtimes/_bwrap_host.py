@@ -38,7 +38,7 @@ BWRAP_MIN_VERSION = (0, 8, 0)
 _PROBE_UID = UID_BASE - 1
 #: The uid range of the idmapped-overlay probe (just below the sandboxes' ranges).
 _PROBE_BASE = UID_BASE - UIDS_PER_SANDBOX
-_UTIL_LINUX = ("setpriv", "setsid", "nsenter", "unshare")
+_UTIL_LINUX = ("setpriv", "unshare")
 _libc = ctypes.CDLL(None, use_errno=True)
 _MNT_DETACH = 2
 

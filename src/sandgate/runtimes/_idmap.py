@@ -13,7 +13,8 @@ life of the process (a slot's mapping never changes). It is created *as the slot
 uid* (so that uid owns it, and per-user kernel counts of anything in it are charged there, not
 to root), its maps are written by the gateway, and nested user namespaces are locked inside it
 (``user.max_user_namespaces=0``). Docker sandboxes of the slot run in this same namespace
-(``slot_userns``; Sandgate's OCI shim has runc join it); bubblewrap makes its own, alike.
+(``slot_userns``; Sandgate's OCI shim has runc join it), and so do bubblewrap sandboxes
+(``bwrap --userns``).
 
 Trust: root (the gateway) makes these mounts on the host; the sandbox never sees the
 namespace fds and cannot remount anything (no ``CAP_SYS_ADMIN`` over the host's mounts).
@@ -120,10 +121,11 @@ def _make_userns(base: int, size: int) -> int:
         )
     # As ``base`` (no privilege, no groups) the helper makes the namespace and says "ready".
     # Once the maps are written it execs again: a process gets its capabilities in a user
-    # namespace at exec, and only now is it that namespace's root; it locks nested namespaces.
+    # namespace at exec, and only now is it that namespace's root; it locks nested namespaces,
+    # then waits (a builtin ``read``) until this process has opened the namespace.
     script = (
         "echo ready; read go; exec /bin/sh -c "
-        "'echo 0 > /proc/sys/user/max_user_namespaces || exit 1; echo locked; exec cat >/dev/null'"
+        "'echo 0 > /proc/sys/user/max_user_namespaces || exit 1; echo locked; read done'"
     )
     helper = subprocess.Popen(
         [

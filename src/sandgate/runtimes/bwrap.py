@@ -6,15 +6,19 @@ as root) is trusted. What this module enforces, as defaults no config can weaken
 * **Namespaces**: new user, mount, pid, ipc, uts, net and cgroup namespaces; the network
   namespace holds only ``lo``.
 * **A distinct host uid range per sandbox** (``_uids``): the user namespace maps sandbox ids
-  0..65535 to a range no host user and no other sandbox has. bubblewrap runs *as* the range's
-  first uid (so it has no host privilege and the namespace's owner, to whom per-user kernel
-  counts are charged, is the sandbox's own uid), blocks on ``--userns-block-fd`` while this
-  module, as root, writes the multi-id ``uid_map``/``gid_map`` (plain ``bwrap --uid`` maps one
-  id; the guest must switch between root and ``user``).
-* **No nested user namespaces**: before bubblewrap continues, ``user.max_user_namespaces=0`` is
-  set *inside* the sandbox's user namespace (from a helper that joins it), which nothing inside
-  can raise; ``--assert-userns-disabled`` makes bubblewrap verify it, and the seccomp filter
-  also refuses ``unshare``/``setns``/``clone(CLONE_NEW*)``.
+  0..65535 to a range no host user and no other live sandbox has. It is the uid slot's own
+  namespace (``_idmap.slot_userns``: made once per slot, as the range's first uid, so that uid
+  owns it and per-user kernel counts are charged to it; its multi-id maps written by this
+  process as root, since plain ``bwrap --uid`` maps one id and the guest must switch between
+  root and ``user``), the one the stage's idmapped mounts use and Docker sandboxes of the slot
+  join. bubblewrap runs *as* the range's first uid (no host privilege) and joins it with
+  ``--userns``; a slot serves one live sandbox at a time. Joining it instead of making one per
+  sandbox spares each create the map writes and a helper process (measured in
+  docs/benchmarks.md, "Bubblewrap in the slot's user namespace").
+* **No nested user namespaces**: ``user.max_user_namespaces=0`` is set *inside* the slot's
+  user namespace when it is made (by a helper that is its root then), which nothing inside
+  can raise; ``--assert-userns-disabled`` makes bubblewrap verify it on every create, and the
+  seccomp filter also refuses ``unshare``/``setns``/``clone(CLONE_NEW*)``.
 * **Capabilities**: ``--cap-drop ALL`` plus ``GUEST_CAPABILITIES``, all relative to the
   sandbox's user namespace; processes of the default user hold none.
 * **no_new_privs** and a **seccomp** filter from ``profiles/bwrap-seccomp.json`` (libseccomp),
@@ -33,9 +37,9 @@ as root) is trusted. What this module enforces, as defaults no config can weaken
 * ``--new-session`` (no controlling terminal; TIOCSTI also filtered), ``--clearenv``.
 
 Deliberate difference from the reference invocation: no ``--die-with-parent``. Sandboxes must
-survive a gateway crash or restart (design §2), so bubblewrap runs in its own session, not as
-the gateway's child; the state under ``$SANDGATE_HOME/bwrap/<id>/`` lets :meth:`list` find
-them again, and the service kills those nobody wants.
+survive a gateway crash or restart (design §2), so bubblewrap runs in a session of its own
+(init adopts it when the gateway ends); the state under ``$SANDGATE_HOME/bwrap/<id>/`` lets
+:meth:`list` find them again, and the service kills those nobody wants.
 
 Left to other layers: who may create sandboxes (the control plane), egress (the gateway),
 Landlock (not used). The gateway must run as root; rootless operation is not supported.
@@ -67,6 +71,7 @@ from sandgate.runtimes._bwrap_host import (
     unavailable_message,
 )
 from sandgate.runtimes._cgroups import CgroupHost, CgroupLimits, SandboxCgroup, detect
+from sandgate.runtimes._idmap import slot_userns
 from sandgate.runtimes._rootfs import resolve_rootfs
 from sandgate.runtimes._seccomp import compile_profile
 from sandgate.runtimes._stage import (
@@ -113,6 +118,8 @@ __all__ = [
 T = TypeVar("T")
 
 _INFO_TIMEOUT_S = 10.0
+#: How long a kill waits for bubblewrap's monitor, SIGKILLed just before, to be reaped.
+_REAP_TIMEOUT_S = 5.0
 _STATE_FILE = "state.json"
 
 
@@ -135,6 +142,8 @@ class BwrapRuntime:
         self._docker_base_url = docker_base_url
         self._cgroups: CgroupHost | None = None
         self._checked: str | None = None
+        #: bubblewrap's monitors this process started, until their sandbox is killed.
+        self._launched: dict[str, subprocess.Popen[bytes]] = {}
 
     # -- protocol -------------------------------------------------------------------------
 
@@ -269,6 +278,9 @@ class BwrapRuntime:
             fds += [info_r, info_w, block_r, block_w]
             seccomp_fd = _memfd("seccomp", compile_profile())
             fds.append(seccomp_fd)
+            # The slot's user namespace: made (and locked) once per slot, kept open by this
+            # process; the stage's idmapped mounts above already use it. Not to be closed.
+            userns_fd = slot_userns(base, UIDS_PER_SANDBOX)
             env = {**image_env, "LANG": "C.UTF-8", "HOME": "/root", "HOSTNAME": "sandbox"}
             argv = self._argv(
                 spec,
@@ -279,43 +291,39 @@ class BwrapRuntime:
                 block_r=block_r,
                 seccomp_fd=seccomp_fd,
                 listen_fd=listen_fd,
+                userns_fd=userns_fd,
             )
             # The guest's log lives on the sandbox's own disk: bounded by its quota, gone with
             # it, invisible inside (the guest is PID 1 and not dumpable).
             log_fd = os.open(stage.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             fds.append(log_fd)
             join_files = cgroup.join_files()
-            launcher = subprocess.Popen(
+            launcher = start_launcher(
                 _launcher_argv(spec.nofile, base, join_files, argv),
-                pass_fds=(info_w, block_r, seccomp_fd, listen_fd),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
+                pass_fds=(info_w, block_r, seccomp_fd, listen_fd, userns_fd),
                 stderr=log_fd,
-                cwd="/",
-                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
             )
+            # The launcher becomes bubblewrap's monitor: this process's child until the
+            # sandbox is killed (``_kill`` reaps it) or this process ends (init adopts it).
+            self._launched[spec.sandbox_id] = launcher
             if not join_files:
                 # v2: the first move after a quiet spell waits out an RCU grace period;
-                # moving the launcher now pays it while bubblewrap starts, and the moves of
-                # bubblewrap's processes below come cheap. The launcher may already be gone
-                # or have forked: those moves below are the ones that count.
+                # moving the launcher now pays it while bubblewrap starts, and the move of
+                # bubblewrap's child below comes cheap.
                 with contextlib.suppress(OSError):
                     cgroup.add(launcher.pid)
-            status = launcher.wait()
             for fd in (info_w, block_r, listen_fd):
                 os.close(fd)
                 fds.remove(fd)
             try:
-                if status != 0:
-                    raise RuntimeUnavailable(
-                        f"bwrap runtime: the launcher failed (exit {status}): "
-                        f"{_tail(stage.log, 800).strip()}"
-                    )
+                # A launcher or bubblewrap that fails closes the pipe unwritten: the error
+                # then carries their words from the log.
                 child = _read_child_pid(info_r, stage.log)
             except BaseException:
-                # bubblewrap runs in a session of its own, unknown to the state record, and
-                # waits on block_r for ever: nothing else kills it.
+                # bubblewrap, unknown to the state record yet, waits on block_r for ever:
+                # nothing else kills it.
                 _kill_launched(stage)
+                self._reap(spec.sandbox_id)
                 raise
             monitor = _parent_pid(child)
             state.update(
@@ -326,21 +334,18 @@ class BwrapRuntime:
                 ref=_ref(spec),
             )
             _write_state(state_dir, state)
-            # bubblewrap waits on block_r; nothing in the sandbox has run yet.
-            mapping = f"0 {base} {UIDS_PER_SANDBOX}\n"
-            Path(f"/proc/{child}/uid_map").write_text(mapping)
-            Path(f"/proc/{child}/gid_map").write_text(mapping)
-            with _NestedUsernsLock(child):  # the helper runs while the cgroup is checked
-                if join_files:
-                    # Born inside (the launcher joined before it forked): checked, not moved.
-                    if not (cgroup.holds(monitor) and cgroup.holds(child)):
-                        raise RuntimeUnavailable(
-                            f"cgroups: bubblewrap's processes of {spec.sandbox_id} are not in "
-                            "the sandbox's cgroup; refusing to start it without its limits"
-                        )
-                else:
-                    for pid in (monitor, child):
-                        cgroup.add(pid)
+            # bubblewrap waits on block_r before it runs the guest; nothing of the sandbox
+            # has run yet.
+            if join_files:
+                # Born inside (the launcher joined before it forked): checked, not moved.
+                if not (cgroup.holds(monitor) and cgroup.holds(child)):
+                    raise RuntimeUnavailable(
+                        f"cgroups: bubblewrap's processes of {spec.sandbox_id} are not in "
+                        "the sandbox's cgroup; refusing to start it without its limits"
+                    )
+            else:
+                for pid in (monitor, child):
+                    cgroup.add(pid)
             for pid in (monitor, child):
                 Path(f"/proc/{pid}/oom_score_adj").write_text(str(GUEST_OOM_SCORE_ADJ))
             state["started"] = True
@@ -363,13 +368,20 @@ class BwrapRuntime:
         block_r: int,
         seccomp_fd: int,
         listen_fd: int,
+        userns_fd: int,
     ) -> builtins.list[str]:
         mib = 1024 * 1024
         argv = [
             shutil.which("bwrap") or "bwrap",
-            "--unshare-all",
-            "--unshare-user",
-            "--userns-block-fd", str(block_r),
+            # The slot's user namespace (``_idmap.slot_userns``), not a new one: the same ids
+            # and lock as a namespace of its own, without a per-sandbox map and lock helper.
+            "--userns", str(userns_fd),
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--block-fd", str(block_r),
             "--info-fd", str(info_w),
             "--assert-userns-disabled",
             "--new-session",
@@ -412,11 +424,21 @@ class BwrapRuntime:
         cgroup = SandboxCgroup(self._cgroup_host, sandbox_id)
         cgroup.kill_all()
         cgroup.remove()
+        self._reap(sandbox_id)
         unstage(sandbox_id)
         slot = state.get("slot")
         if isinstance(slot, int):
             release_slot(slot, state_dir)
         shutil.rmtree(state_dir, ignore_errors=True)
+
+    def _reap(self, sandbox_id: str) -> None:
+        """Waits for the sandbox's bubblewrap monitor if this process started it (killed just
+        before), so that it leaves no zombie. One that will not end within the timeout is left
+        to ``subprocess``, which reaps abandoned children at its next start of a process."""
+        launcher = self._launched.pop(sandbox_id, None)
+        if launcher is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                launcher.wait(_REAP_TIMEOUT_S)
 
     def _live_cgroup(self, sandbox_id: str) -> SandboxCgroup:
         if self._pid(sandbox_id) is None:
@@ -439,7 +461,16 @@ class BwrapRuntime:
             else:
                 runtime_state = RuntimeState.RUNNING
             found.append(RuntimeSandbox(sandbox_id, str(state.get("ref", "")), runtime_state))
+        self._reap_ended({s.sandbox_id for s in found if s.state is not RuntimeState.GONE})
         return found
+
+    def _reap_ended(self, live: set[str]) -> None:
+        """Reaps the monitors of sandboxes that ended without this process's kill (another
+        process killed them: a CLI ``kill``; or their guest exited). The reaper lists the
+        sandboxes periodically, so no zombie lingers."""
+        for sandbox_id, launcher in builtins.list(self._launched.items()):
+            if sandbox_id not in live and launcher.poll() is not None:
+                self._launched.pop(sandbox_id, None)
 
     def _stats(self, sandbox_ids: tuple[str, ...]) -> dict[str, SandboxStats]:
         host = self._cgroup_host
@@ -492,8 +523,10 @@ def _launcher_argv(nofile: int, base: int, join_files: list[Path], argv: list[st
     * SECURITY: ``setpriv`` drops to the range's first uid/gid with no supplementary
       groups (real, effective and saved ids; root's capabilities go with uid 0). Doing
       these steps in Popen's child instead would make it fork the gateway, not vfork.
-    * ``setsid --fork``: bubblewrap in a session of its own, not the gateway's child (it
-      must outlive a gateway restart); the launcher returns at once.
+    * ``exec``: bubblewrap replaces the launcher, so the launcher's process is bubblewrap's
+      monitor, in a session of its own (``start_new_session``; a ``setsid --fork`` in the
+      chain cost every create another program's start). It outlives a gateway restart as any
+      child does, adopted by init.
     """
     script = (
         'ulimit -n "$1" && ulimit -c 0 || { echo "$0: cannot lower the limits" >&2; exit 1; }; '
@@ -508,9 +541,30 @@ def _launcher_argv(nofile: int, base: int, join_files: list[Path], argv: list[st
         *(str(path) for path in join_files), "--",
         shutil.which("setpriv") or "setpriv",
         f"--reuid={base}", f"--regid={base}", "--clear-groups", "--",
-        shutil.which("setsid") or "setsid", "--fork",
         *argv,
     ]  # fmt: skip
+
+
+def start_launcher(
+    launcher_argv: list[str],
+    *,
+    pass_fds: Sequence[int] = (),
+    stdout: int = subprocess.DEVNULL,
+    stderr: int = subprocess.DEVNULL,
+) -> subprocess.Popen[bytes]:
+    """Starts ``_launcher_argv``'s chain in a session of its own, from ``/`` with a bare
+    ``PATH``; its process goes on as bubblewrap's monitor (vfork'd: no option here makes
+    ``subprocess`` fork the gateway)."""
+    return subprocess.Popen(
+        launcher_argv,
+        pass_fds=tuple(pass_fds),
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        cwd="/",
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        start_new_session=True,
+    )
 
 
 #: ``CAP_SYS_RESOURCE``'s bit in ``/proc/<pid>/status``' capability masks.
@@ -607,54 +661,6 @@ def _alive(pid: int, start: object) -> bool:
         return _start_time(pid) == start
     except (OSError, ValueError, IndexError):
         return False
-
-
-class _NestedUsernsLock:
-    """Sets ``user.max_user_namespaces=0`` inside the sandbox's user namespace.
-
-    The sysctl is per user namespace and is read through the writer's own namespace, so a
-    helper joins it (``nsenter``) and becomes its root. Nothing inside can raise it back:
-    sandbox processes have no ``CAP_SYS_RESOURCE`` and ``/proc/sys`` is read-only. The helper
-    starts on entering the ``with`` block; leaving it waits for the helper and raises
-    ``RuntimeUnavailable`` if it failed (bubblewrap's ``--assert-userns-disabled`` checks too).
-    """
-
-    def __init__(self, pid: int) -> None:
-        self._pid = pid
-        self._proc: subprocess.Popen[str] | None = None
-
-    def __enter__(self) -> None:
-        self._proc = subprocess.Popen(
-            [
-                shutil.which("nsenter") or "nsenter",
-                "--user",
-                f"--target={self._pid}",
-                "--",
-                "/bin/sh",
-                "-c",
-                "echo 0 > /proc/sys/user/max_user_namespaces",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd="/",
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-        )
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._proc is None:
-            return
-        try:
-            _, stderr = self._proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            _, stderr = self._proc.communicate()
-        if self._proc.returncode != 0 and exc_info[0] is None:
-            raise RuntimeUnavailable(
-                "user namespaces: cannot disable nested user namespaces in the sandbox "
-                f"({(stderr or '').strip()[:200]}); refusing to start it weaker"
-            )
 
 
 def _write_state(state_dir: Path, state: dict[str, Any]) -> None:
