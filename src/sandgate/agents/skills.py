@@ -91,6 +91,9 @@ class SkillsHook:
     def for_agent(self, agent: AgentConfig) -> list[Skill]:
         return [self._skills[n] for n in agent.skills if n in self._skills]
 
+    def boot_env(self, sandbox: Sandbox) -> dict[str, str]:
+        return {}
+
     async def attach(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
         agent = self._agents.get(str((sandbox.metadata_ or {}).get(_AGENT_KEY, "")))
         if agent is None or not agent.skills:

@@ -175,6 +175,11 @@ class EgressHook:
                 f"create call did not register in iam.tokens (registered: {known})"
             )
 
+    def boot_env(self, sandbox: Sandbox) -> dict[str, str]:
+        """The proxy's variables; a sandbox whose egress is intercepted (header rules, bound
+        secrets) gets its CA and secrets' variables from ``attach`` on top."""
+        return dict(PROXY_ENV)
+
     async def attach(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
         """Raises ``InvalidRequest`` when the create call asks for egress the operator does
         not permit, or names missing team secrets (a new sandbox only; an adopted one drops

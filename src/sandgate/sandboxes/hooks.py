@@ -27,6 +27,14 @@ class SandboxHook(Protocol):
         """Called once a sandbox is gone (killed, expired, lost); must not raise."""
         ...
 
+    def boot_env(self, sandbox: Sandbox) -> dict[str, str]:
+        """The variables ``attach`` will return for ``sandbox``, as far as they are known
+        before it runs, from the sandbox's own row only (never another sandbox's). The guest
+        starts with them; a create whose ``attach`` returns exactly these saves a round trip
+        to the guest, and one that returns anything else gets what ``attach`` returned. ``{}``
+        when nothing is known in advance."""
+        ...
+
 
 class NetworkUpdater(Protocol):
     """The egress side of E2B's ``update_network``."""

@@ -369,6 +369,7 @@ class SandboxService:
                     image_ref=image_ref,
                     layer=layer,
                     attach=partial(self._attach, row, host_dir),
+                    attach_envs=self._boot_envs(row),
                 )
         except BaseException:
             await self._discard(row.id)
@@ -409,6 +410,14 @@ class SandboxService:
             extra_envs.update(result)
         return extra_envs
 
+    def _boot_envs(self, row: Sandbox) -> dict[str, str]:
+        """The variables the hooks' ``attach`` will give ``row``, as far as each knows them
+        before it runs (``SandboxHook.boot_env``), merged in hook order as ``_attach`` does."""
+        envs: dict[str, str] = {}
+        for hook in self._hooks:
+            envs.update(hook.boot_env(row))
+        return envs
+
     async def _boot(
         self,
         sandbox_id: str,
@@ -421,6 +430,7 @@ class SandboxService:
         image_ref: str | None = None,
         layer: Path | None = None,
         attach: Callable[[], Awaitable[dict[str, str]]] | None = None,
+        attach_envs: Mapping[str, str] | None = None,
     ) -> str:
         """Starts a sandbox's container in an existing host directory and waits until its
         guest (and the template's service) answers; returns the runtime reference. ``layer``
@@ -432,11 +442,20 @@ class SandboxService:
         runtime's own work for the interpreter: no faster, measured). Their variables join
         ``envs`` (below the caller's own) once both are done, before the template's service
         or any command of the caller starts; nothing in the sandbox runs before that. Raises
-        only once ``attach`` has ended, so the caller's undoing never races it."""
+        only once ``attach`` has ended, so the caller's undoing never races it.
+
+        ``attach_envs``: the variables ``attach`` is expected to return (``_boot_envs``). The
+        guest starts with them, and when ``attach`` returns exactly these it is not asked to
+        change its environment afterwards: a round trip to the guest (and a file written)
+        fewer on most creates. Otherwise it gets what ``attach`` returned, as without them."""
         host_dir = self._root / sandbox_id
+        expected = dict(attach_envs or {})
         # File copies and writes: off the event loop, which a burst of creates shares.
         await asyncio.to_thread(
-            self._prepare_host_dir, host_dir, {**(template.envs or {}), **envs}, template
+            self._prepare_host_dir,
+            host_dir,
+            {**(template.envs or {}), **expected, **envs},
+            template,
         )
         own_image = image_ref is None or image_ref == template.image_ref
         spec = SandboxSpec(
@@ -463,7 +482,7 @@ class SandboxService:
             if attaching is not None:
                 await wait_quietly(attaching)
             raise
-        if extra_envs:
+        if extra_envs != expected:
             full = {**(template.envs or {}), **extra_envs, **envs}
             await self._guest(sandbox_id).configure(full)
             _publish_envs(host_dir, full)
@@ -643,6 +662,7 @@ class SandboxService:
                 image_ref=layer.image_ref,
                 layer=self._snapshots.archive(layer),
                 attach=partial(self._attach, row, host_dir),
+                attach_envs=self._boot_envs(row),
             )
             now = self._store.sandbox(row.id)
             if now is None or now.state != SandboxState.RESUMING:

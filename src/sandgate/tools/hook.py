@@ -69,6 +69,9 @@ class ToolGatewayHook:
             metadata=metadata,
         )
 
+    def boot_env(self, sandbox: Sandbox) -> dict[str, str]:
+        return dict(SANDBOX_ENV)
+
     async def attach(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
         subject = self.subject(sandbox)
         visible = self._gateway.visible_tools(subject)

@@ -493,6 +493,9 @@ class _Hook:
     async def detach(self, sandbox_id: str) -> None:
         self.log.append(f"{self.name}.detach")
 
+    def boot_env(self, sandbox: Sandbox) -> dict[str, str]:
+        return {}
+
 
 def _pair(log: list[str], *, second_fails: bool = False) -> list[_Hook]:
     first = _Hook("a", log, {"SHARED": "a", "A": "1"}, slow=second_fails)
@@ -555,6 +558,9 @@ class _RowRemover:
 
     async def detach(self, sandbox_id: str) -> None:
         return None
+
+    def boot_env(self, sandbox: Sandbox) -> dict[str, str]:
+        return {}
 
 
 def test_a_sandbox_whose_row_went_while_it_booted_is_not_marked_running(home: Path) -> None:
@@ -620,6 +626,9 @@ class _WaitsForBoot:
     async def detach(self, sandbox_id: str) -> None:
         return None
 
+    def boot_env(self, sandbox: Sandbox) -> dict[str, str]:
+        return {}
+
 
 def test_hooks_attach_while_the_sandbox_boots_and_reach_its_guest_once_it_answers(
     home: Path,
@@ -643,5 +652,69 @@ def test_hooks_attach_while_the_sandbox_boots_and_reach_its_guest_once_it_answer
         # Asked whether it answers, then given the hooks' variables (with the caller's).
         assert sandbox.requests[:2] == ["ping", "configure"]
         assert sandbox.envs["FROM_HOOK"] == "1" and sandbox.envs["OWN"] == "1"
+
+    _run(home, body)
+
+
+class _Foretold:
+    """A hook that says before the boot what its attach returns (``boot_env``), rightly or
+    not."""
+
+    def __init__(self, foretold: dict[str, str], attached: dict[str, str]) -> None:
+        self.foretold, self.attached = foretold, attached
+
+    async def attach(self, sandbox: Sandbox, host_dir: Path) -> dict[str, str]:
+        return dict(self.attached)
+
+    async def detach(self, sandbox_id: str) -> None:
+        return None
+
+    def boot_env(self, sandbox: Sandbox) -> dict[str, str]:
+        return dict(self.foretold)
+
+
+def test_hook_variables_known_before_the_boot_are_the_guests_from_its_start(home: Path) -> None:
+    """The guest starts with them (guest.json and envs.json), and is not asked to change its
+    environment once it answers: a round trip fewer per create."""
+
+    async def body(h: Harness) -> None:
+        hook = _Foretold({"TOOLS": "1", "OWN": "hook"}, {"TOOLS": "1", "OWN": "hook"})
+        service = _service(h.home, h.store, h.runtime, hooks=[hook])
+        try:
+            row = await service.create(h.principal, _request(OWN="c"))
+        finally:
+            await service.stop()
+        sandbox = h.runtime.sandboxes[row.id]
+        assert "configure" not in sandbox.requests
+        assert sandbox.envs["TOOLS"] == "1" and sandbox.envs["OWN"] == "c"  # the caller's wins
+        published = json.loads((sandbox.spec.host_dir / "envs.json").read_text())
+        assert published == sandbox.envs
+
+    _run(home, body)
+
+
+def test_hook_variables_foretold_wrongly_are_replaced_by_what_attach_returned(
+    home: Path,
+) -> None:
+    """A hook whose attach returns other variables than it foretold (an intercepted egress,
+    say): the guest gets exactly what attach returned, nothing left of the foretelling."""
+
+    async def body(h: Harness) -> None:
+        hook = _Foretold({"PROXY": "1", "STALE": "x"}, {"PROXY": "1", "CA": "/ca.pem"})
+        service = _service(h.home, h.store, h.runtime, hooks=[hook])
+        try:
+            row = await service.create(h.principal, _request(OWN="c"))
+        finally:
+            await service.stop()
+        sandbox = h.runtime.sandboxes[row.id]
+        assert sandbox.requests[:2] == ["ping", "configure"]
+        assert (sandbox.envs["PROXY"], sandbox.envs["CA"], sandbox.envs["OWN"]) == (
+            "1",
+            "/ca.pem",
+            "c",
+        )
+        assert "STALE" not in sandbox.envs
+        published = json.loads((sandbox.spec.host_dir / "envs.json").read_text())
+        assert published == sandbox.envs
 
     _run(home, body)
