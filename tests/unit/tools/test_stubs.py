@@ -1,7 +1,9 @@
 """Generated stubs compile, carry the schema, and never follow a planted symlink."""
 
 import json
+import os
 import py_compile
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +70,29 @@ def test_planted_symlink_is_replaced_not_followed(tmp_path: Path) -> None:
     write_stubs(TOOLS, sandbox / "tools", tmp_path / "staging")
     assert not (sandbox / "tools").is_symlink()
     assert list(outside.iterdir()) == []
+
+
+def test_stubs_are_readable_by_the_sandbox_user_whatever_the_gateways_umask(
+    tmp_path: Path,
+) -> None:
+    """Directories 0755, files 0644, commands 0755, under a umask that would take every bit
+    from group and others (the sandbox user is neither the files' owner nor in their group)."""
+    target = tmp_path / "sandbox" / "tools"
+    target.parent.mkdir()
+    previous = os.umask(0o077)
+    try:
+        write_stubs(TOOLS, target, tmp_path / "staging")
+    finally:
+        os.umask(previous)
+    modes = {
+        path.relative_to(target).as_posix(): stat.S_IMODE(path.stat().st_mode)
+        for path in [target, *target.rglob("*")]
+    }
+    for name, mode in modes.items():
+        if (target / name).is_dir() or name.startswith("bin/"):
+            assert mode == 0o755, name
+        else:
+            assert mode == 0o644, name
+    assert {"bin/kv", "env.sh", "js/sandgate_tools.js", "python/sandgate_tools/_cli.py"} <= set(
+        modes
+    )

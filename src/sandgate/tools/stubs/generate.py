@@ -58,30 +58,46 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
 
 
+#: The stub tree's directories, made before any file (parents first).
+_DIRS = ("python", "python/sandgate_tools", "bin", "js")
+
+
 def _generate(tools: list[Tool], root: Path) -> None:
     # SECURITY: world-readable on purpose: the sandbox user (uid 1000) must read its stubs;
     # they hold no secret, only the schemas of tools this sandbox may call.
+    # Every create writes this tree while its guest starts, so it takes few system calls:
+    # each directory made once, each file opened, written and closed once (``O_EXCL``, into
+    # the fresh staging directory), its mode set on the open descriptor.
     os.chmod(root, 0o755)  # noqa: S103
+    for directory in _DIRS:
+        path = root / directory
+        os.mkdir(path)
+        os.chmod(path, 0o755)  # noqa: S103  (mkdir's mode passes through the umask)
     meta = {tool.name: tool.describe() for tool in tools}
-    python = root / "python" / "sandgate_tools"
-    _write(python / "_client.py", PY_CLIENT)
-    _write(python / "_cli.py", PY_CLI)
-    _write(python / "_tools.json", json.dumps(meta, indent=1))
-    _write(python / "__init__.py", _python_module(tools))
-    for tool in tools:
-        _write(root / "bin" / tool.name, BIN % tool.name, mode=0o755)
-    _write(root / "env.sh", ENV_SH)
-    _write(root / "js" / "sandgate_tools.js", _js_module(tools))
-    _write(root / "js" / "sandgate_tools.d.ts", _ts_declarations(tools))
-    for directory in (root / "python", python, root / "bin", root / "js"):
-        directory.mkdir(parents=True, exist_ok=True)
-        os.chmod(directory, 0o755)  # noqa: S103
+    files: list[tuple[str, str, int]] = [
+        ("python/sandgate_tools/_client.py", PY_CLIENT, 0o644),
+        ("python/sandgate_tools/_cli.py", PY_CLI, 0o644),
+        ("python/sandgate_tools/_tools.json", json.dumps(meta, indent=1), 0o644),
+        ("python/sandgate_tools/__init__.py", _python_module(tools), 0o644),
+        *((f"bin/{tool.name}", BIN % tool.name, 0o755) for tool in tools),
+        ("env.sh", ENV_SH, 0o644),
+        ("js/sandgate_tools.js", _js_module(tools), 0o644),
+        ("js/sandgate_tools.d.ts", _ts_declarations(tools), 0o644),
+    ]
+    for name, text, mode in files:
+        _write(root / name, text, mode)
 
 
-def _write(path: Path, text: str, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    os.chmod(path, mode)
+def _write(path: Path, text: str, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)  # the umask may have taken bits off ``mode``
+        data = text.encode()
+        written = 0
+        while written < len(data):
+            written += os.write(fd, data[written:])
+    finally:
+        os.close(fd)
 
 
 def _params(tool: Tool) -> list[tuple[str, dict[str, Any], bool]]:
