@@ -337,7 +337,8 @@ class BwrapRuntime:
             # bubblewrap waits on block_r before it runs the guest; nothing of the sandbox
             # has run yet.
             if join_files:
-                # Born inside (the launcher joined before it forked): checked, not moved.
+                # Born inside (the launcher joined before it became bubblewrap, which
+                # then forked the child): checked, not moved.
                 if not (cgroup.holds(monitor) and cgroup.holds(child)):
                     raise RuntimeUnavailable(
                         f"cgroups: bubblewrap's processes of {spec.sandbox_id} are not in "
