@@ -29,6 +29,7 @@ from sandgate.runtimes.floors import FloorReport
 from sandgate.runtimes.select import select
 from sandgate.sandboxes import SandboxService
 from sandgate.sandboxes.hooks import LifecycleObserver
+from sandgate.sandboxes.publish import staging_dir
 from sandgate.sandboxes.wiring import build_sandbox_service, instance_id
 from sandgate.secrets import TeamSecrets
 from sandgate.store import SecretRecords, Store, VolumeRecords
@@ -91,7 +92,7 @@ def build_services(
     home = config.home_dir
     gateway = build_gateway(with_autonomy(config), store)  # autonomy as policy rules
     gateway.audit.check_head()
-    gateway_hook = ToolGatewayHook(gateway, store, list(config.agents), home / "tools" / "staging")
+    gateway_hook = ToolGatewayHook(gateway, store, list(config.agents), staging_dir(home, "tools"))
     skills = skills_hook(config)
     team_secrets = TeamSecrets(
         SecretRecords(store),

@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from sandgate.runtimes._tmpfs import tmpfs_at
+from sandgate.sandboxes.publish import STAGING
 from tests.fixtures.runtimes import RuntimeView
 from tests.fixtures.server import RunningServer, ServerFactory
 from tests.framework.envd import create, run
@@ -121,12 +123,20 @@ def test_sigkilled_gateway_finds_its_sandboxes_again(
     # create and the kill, however slow the machine is (a create is not bounded in time).
     expire = create(server.url, server.api_key, timeout=10)
     expire_at = datetime.fromisoformat(_info(server, expire["sandboxID"]).json()["endAt"])
+    # The sandboxes' runtime files are on a tmpfs of the home's own (runtime.tmpfs), which
+    # outlives the gateway: the restarted one finds their sockets where they were.
+    runtime_dirs = [server.home / "sandboxes"] + (
+        [server.home / "bwrap"] if runtime == "bwrap" else []
+    )
+    assert all(tmpfs_at(path) for path in runtime_dirs)
+    assert (server.home / "sandboxes" / keep["sandboxID"] / "guest.sock").exists()
     server.kill()
     # Let the short-lived sandbox's deadline pass while no gateway runs.
     _wait_until(lambda: datetime.now(expire_at.tzinfo) > expire_at, 30, "the deadline")
     assert view.exists(expire["sandboxID"]), "nothing may reap while the gateway is down"
     assert view.paused(frozen["sandboxID"])
     server.restart()
+    assert all(tmpfs_at(path) for path in runtime_dirs)
 
     result = run(server.url, keep["sandboxID"], keep["envdAccessToken"], "echo still-here")
     assert result.stdout == "still-here\n"
@@ -228,7 +238,7 @@ def test_create_with_engine_gone_leaves_no_row_and_no_directory(tmp_path: Path) 
         asyncio.run(service.create(Principal(key.team_id, key.id), request))
     assert store.count_live() == 0
     assert store.live_sandboxes() == []
-    assert list((tmp_path / "sandboxes").iterdir()) == []
+    assert [p for p in (tmp_path / "sandboxes").iterdir() if p.name != STAGING] == []
 
 
 def test_pause_freezes_and_connect_resumes(

@@ -17,6 +17,7 @@ from sandgate.agents.skills import Skill, SkillsHook, load_skills
 from sandgate.agents.steps import PUBLIC_EVENTS, RunEvent, RunState
 from sandgate.config import Config
 from sandgate.sandboxes import SandboxService
+from sandgate.sandboxes.publish import staging_dir
 from sandgate.store import Store
 from sandgate.tools import Gateway, ToolGatewayHook
 
@@ -38,7 +39,7 @@ __all__ = [
 
 def skills_hook(config: Config) -> SkillsHook:
     """The sandbox hook that copies each agent's skills into its sandboxes."""
-    staging: Path = config.home_dir / "agents" / "staging"
+    staging: Path = staging_dir(config.home_dir, "skills")
     return SkillsHook(list(config.agents), load_skills(list(config.skills.paths)), staging)
 
 

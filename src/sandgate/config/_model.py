@@ -156,6 +156,13 @@ class RuntimeConfig(_Section):
     #: Where team volumes' disk images are kept (``<id>.ext4``). Empty means
     #: ``$SANDGATE_HOME/volumes``. Back it up with the store.
     volumes_dir: Path | None = None
+    #: ``serve`` keeps sandboxes' host-side runtime files (their host directories under
+    #: ``$SANDGATE_HOME/sandboxes``, bubblewrap's state under ``$SANDGATE_HOME/bwrap``, the
+    #: stages under ``/run/sandgate-rt``) on a tmpfs it mounts there when the directory is
+    #: empty: they are rebuilt for every start and mean nothing after a reboot, and on some
+    #: file systems creating and deleting them cost each create milliseconds of CPU. Off: they
+    #: stay on the file system they are on.
+    tmpfs: bool = True
 
 
 class LimitsConfig(_Section):

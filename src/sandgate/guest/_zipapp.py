@@ -1,8 +1,10 @@
 """Builds ``guest.pyz``, the daemon as one file the gateway copies into each sandbox.
 
 The archive holds a stub ``sandgate/__init__.py`` (so nothing from the gateway's package is
-dragged in), every module of ``sandgate/guest``, the stdlib-only ``sandgate/strictjson.py``
-(the protocol's JSON decoder) and a ``__main__.py`` that starts the daemon.
+dragged in), every module of ``sandgate/guest`` but the two only the gateway runs (``client``,
+its side of the protocol, and this builder: a copy of the archive sits in every sandbox's host
+directory, a tmpfs), the stdlib-only ``sandgate/strictjson.py`` (the protocol's JSON decoder)
+and a ``__main__.py`` that starts the daemon.
 Entries are sorted and dated 1980-01-01, so the same sources give the same bytes.
 
 Each module also ships as unchecked-hash bytecode for the gateway's Python version: a sandbox
@@ -36,6 +38,8 @@ _PACKAGE_INIT = b'"""Sandgate guest bundle (generated)."""\n'
 #: Replaces ``sandgate/guest/__init__.py`` in the archive: the real one imports this builder
 #: (``zipfile``, ``tempfile``, ``importlib.util``, ...), start-up time the daemon never uses.
 _GUEST_INIT = b'"""The Sandgate guest daemon (generated; see ``daemon``)."""\n'
+#: Modules of ``sandgate/guest`` the daemon never imports: left out of the archive.
+_GATEWAY_ONLY = frozenset({"client.py", "_zipapp.py"})
 
 
 def _bytecode(name: str, source: bytes) -> bytes:
@@ -53,7 +57,7 @@ def _sources() -> list[tuple[str, bytes]]:
         ("sandgate/strictjson.py", (guest_dir.parent / "strictjson.py").read_bytes()),
     ]
     for path in sorted(guest_dir.rglob("*.py")):
-        if "__pycache__" in path.parts:
+        if "__pycache__" in path.parts or path.relative_to(guest_dir).as_posix() in _GATEWAY_ONLY:
             continue
         name = "sandgate/guest/" + path.relative_to(guest_dir).as_posix()
         source = _GUEST_INIT if name == "sandgate/guest/__init__.py" else path.read_bytes()

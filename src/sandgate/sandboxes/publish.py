@@ -14,7 +14,10 @@ from pathlib import Path
 
 from sandgate._atomic import write_atomic
 
-__all__ = ["make_host_dir", "publish_file"]
+__all__ = ["STAGING", "make_host_dir", "publish_file", "staging_dir"]
+
+#: The entry of ``$SANDGATE_HOME/sandboxes`` that is no sandbox's: where hooks build trees.
+STAGING = ".staging"
 
 
 def make_host_dir(path: Path, *, exist_ok: bool = False) -> None:
@@ -26,6 +29,14 @@ def make_host_dir(path: Path, *, exist_ok: bool = False) -> None:
     """
     path.mkdir(parents=True, mode=0o755, exist_ok=exist_ok)
     os.chmod(path, 0o755)  # noqa: S103 - see the docstring
+
+
+def staging_dir(home: Path, name: str) -> Path:
+    """Where a hook builds a tree before one ``rename`` moves it into a sandbox's host
+    directory (tool stubs, skills): beside the host directories, on their file system (a
+    tmpfs of its own, ``runtime.tmpfs``; a rename cannot cross file systems), never inside a
+    sandbox's own directory."""
+    return home / "sandboxes" / STAGING / name
 
 
 def publish_file(directory: Path, name: str, data: bytes, mode: int = 0o644) -> None:

@@ -21,6 +21,7 @@ import structlog
 from sandgate._periodic import Periodic
 from sandgate.errors import SandgateError
 from sandgate.runtimes import Runtime, RuntimeState
+from sandgate.sandboxes.publish import STAGING
 from sandgate.sandboxes.snapshots import SnapshotService
 from sandgate.sandboxes.state import SandboxState, check_transition
 from sandgate.store import KEPT_STATES, LIVE_STATES, Sandbox, Store
@@ -126,6 +127,8 @@ class Reaper:
                 await self._terminate(row.id, "its saved layer is gone")
         if self._root.is_dir():
             for leftover in self._root.iterdir():
+                if leftover.name == STAGING:
+                    continue
                 kept = self._store.sandbox(leftover.name)
                 if kept is None or kept.state not in KEPT_STATES:
                     shutil.rmtree(leftover, ignore_errors=True)

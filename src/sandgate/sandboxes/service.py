@@ -47,6 +47,7 @@ from sandgate.guest.client import Ended, GuestClient, GuestError, Output
 from sandgate.guest.protocol import EGRESS_PROXY_PORT
 from sandgate.observability import tracing
 from sandgate.runtimes import Runtime, SandboxSpec, VolumeMount, sandbox_seeds
+from sandgate.runtimes._tmpfs import mount_runtime_dirs
 from sandgate.sandboxes.catalog import resolve
 from sandgate.sandboxes.hooks import LifecycleObserver, NetworkUpdater, SandboxHook, VolumeLender
 from sandgate.sandboxes.pool import WarmPool, default_size, new_sandbox_id
@@ -1075,9 +1076,14 @@ class SandboxService:
     # -- background work ------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Checks the runtime (so a problem shows at start, not at the first create; Docker's
-        shim is installed here), reattaches to sandboxes that survived a gateway restart, then
-        starts the reaper."""
+        """Puts the sandboxes' runtime files on a tmpfs (``runtime.tmpfs``), checks the
+        runtime (so a problem shows at start, not at the first create; Docker's shim is
+        installed here), reattaches to sandboxes that survived a gateway restart, then starts
+        the reaper."""
+        if self._config.runtime.tmpfs:
+            mounted = await asyncio.to_thread(mount_runtime_dirs, self._config.home_dir)
+            for path, outcome in mounted.items():
+                log.info("runtime_dir.tmpfs", path=path, outcome=outcome)
         try:
             version = await self._runtime.ping()
             log.info("runtime.ready", runtime=self._runtime.name, version=version)

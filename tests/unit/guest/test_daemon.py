@@ -316,7 +316,7 @@ def test_zipapp_is_deterministic_and_rewritten_only_on_change(tmp_path: Path) ->
 def test_guest_modules_are_stdlib_only(guest_pyz: Path) -> None:
     probe = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "import sandgate.guest.daemon, sandgate.guest._inotify, sandgate.guest._zipapp;"
+        "import sandgate.guest.daemon, sandgate.guest._inotify;"
         "print('\\n'.join(sorted(sys.modules)))"
     )
     out = probe_guest_pyz(guest_pyz, probe).split()
@@ -328,3 +328,13 @@ def test_guest_modules_are_stdlib_only(guest_pyz: Path) -> None:
     ]
     assert outside == []
     assert "sandgate.guest.client" not in out
+
+
+def test_zipapp_leaves_out_what_only_the_gateway_runs(tmp_path: Path) -> None:
+    """Every sandbox's host directory holds a copy (on a tmpfs): the gateway's client for the
+    guest and the archive's own builder are no part of it; the daemon's modules are."""
+    names = set(zipfile.ZipFile(build_zipapp(tmp_path / "guest.pyz")).namelist())
+    assert not {
+        n for n in names if n.startswith(("sandgate/guest/client.", "sandgate/guest/_zipapp."))
+    }
+    assert {"sandgate/guest/daemon.py", "sandgate/guest/daemon.pyc", "__main__.py"} <= names

@@ -206,7 +206,9 @@ def test_warm_pool_sizes_parse_short_and_long_forms_and_refuse_min_above_max() -
 
 def test_the_code_interpreter_is_warm_by_default_when_it_is_built(home: Path) -> None:
     (home / "guest.pyz").write_bytes(b"not run: the fake runtime starts no guest process")
-    config = load_config(None, environ={"SANDGATE_HOME": str(home)})
+    config = load_config(
+        None, environ={"SANDGATE_HOME": str(home), "SANDGATE_RUNTIME__TMPFS": "false"}
+    )
     store = Store.open(config.store_url)
     register(store, BuiltTemplate("base", "sandgate/template-base:latest", "sha256:x", "d"))
     interpreter = BuiltTemplate(CODE_INTERPRETER_TEMPLATE, "sandgate/ci:latest", "sha256:y", "d")

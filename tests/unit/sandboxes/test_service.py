@@ -65,6 +65,11 @@ def home() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _environ(home: Path) -> dict[str, str]:
+    # The fake runtime's sandboxes need no tmpfs, and a test must leave no mount behind.
+    return {"SANDGATE_HOME": str(home), "SANDGATE_RUNTIME__TMPFS": "false"}
+
+
 def _service(
     home: Path,
     store: Store,
@@ -73,7 +78,7 @@ def _service(
     hooks: Sequence[SandboxHook] = (),
     audit: AuditSink | None = None,
 ) -> SandboxService:
-    config = load_config(home / "sandgate.yaml", environ={"SANDGATE_HOME": str(home)})
+    config = load_config(home / "sandgate.yaml", environ=_environ(home))
     return SandboxService(
         config,
         store,
@@ -109,7 +114,7 @@ def _run(
     pool = f"templates:\n  warm_pool:\n    {pooled}: {warm_pool}\n" if warm_pool else "{}\n"
     (home / "sandgate.yaml").write_text(pool)
     (home / "guest.pyz").write_bytes(b"not run: the fake runtime starts no guest process")
-    config = load_config(home / "sandgate.yaml", environ={"SANDGATE_HOME": str(home)})
+    config = load_config(home / "sandgate.yaml", environ=_environ(home))
     store = Store.open(config.store_url)
     register(store, BuiltTemplate("base", "sandgate/template-base:latest", "sha256:x", "d"))
     key, _ = create_api_key(store, "t", "k")
