@@ -16,8 +16,10 @@ to root), its maps are written by the gateway, and nested user namespaces are lo
 (``slot_userns``; Sandgate's OCI shim has runc join it), and so do bubblewrap sandboxes
 (``bwrap --userns``).
 
-Trust: root (the gateway) makes these mounts on the host; the sandbox never sees the
-namespace fds and cannot remount anything (no ``CAP_SYS_ADMIN`` over the host's mounts).
+Trust: root (the gateway) makes these mounts on the host; nothing of the sandbox holds the
+namespace fds (bubblewrap passes the one it joins on to the guest, which closes it before it
+serves anything) and the sandbox cannot remount anything (no ``CAP_SYS_ADMIN`` over the host's
+mounts).
 """
 
 from __future__ import annotations
