@@ -90,6 +90,14 @@ def test_ESC_01_host_side_posture(
     assert f"{STAGE_DIR}/{sandbox_id}/lower" in root_super
     run_opts, _ = options["/run/sandgate"]
     assert {"ro", "nosuid", "nodev"} <= set(run_opts.split(","))
+    # The guest's archive: one file for every sandbox, bound read-only over a placeholder of
+    # the host directory (no copy per sandbox), its flags as strict as the directory's.
+    archive_opts, _ = options["/run/sandgate/guest.pyz"]
+    assert {"ro", "nosuid", "nodev"} <= set(archive_opts.split(","))
+    inside = Path(f"/proc/{guest}/root/run/sandgate/guest.pyz")
+    assert inside.stat().st_size > 100_000 and inside.read_bytes()[:2] == b"PK"
+    runtime_view_home = runtime_view.server.home / "sandboxes" / sandbox_id
+    assert (runtime_view_home / "guest.pyz").stat().st_size == 0
     assert options["/dev/pts"][1].startswith("devpts") and "max=64" in options["/dev/pts"][1]
     host_mounts = {
         line.split()[4]: line for line in Path("/proc/self/mountinfo").read_text().splitlines()

@@ -1,10 +1,10 @@
-"""Builds ``guest.pyz``, the daemon as one file the gateway copies into each sandbox.
+"""Builds ``guest.pyz``, the daemon as one file the runtimes bind into each sandbox.
 
 The archive holds a stub ``sandgate/__init__.py`` (so nothing from the gateway's package is
 dragged in), every module of ``sandgate/guest`` but the two only the gateway runs (``client``,
-its side of the protocol, and this builder: a copy of the archive sits in every sandbox's host
-directory, a tmpfs), the stdlib-only ``sandgate/strictjson.py`` (the protocol's JSON decoder)
-and a ``__main__.py`` that starts the daemon.
+its side of the protocol, and this builder), the stdlib-only ``sandgate/strictjson.py`` (the
+protocol's JSON decoder) and a ``__main__.py`` that starts the daemon. One archive serves
+every sandbox: the runtimes bind it read-only into each (``SandboxSpec.guest``).
 Entries are sorted and dated 1980-01-01, so the same sources give the same bytes.
 
 Each module also ships as unchecked-hash bytecode for the gateway's Python version: a sandbox

@@ -2,6 +2,7 @@
 
 from sandgate.runtimes._rootfs import by_name_dir, resolve_rootfs
 from sandgate.runtimes.base import (
+    GUEST_ARCHIVE,
     GUEST_DIR_IN_SANDBOX,
     Runtime,
     RuntimeSandbox,
@@ -13,6 +14,7 @@ from sandgate.runtimes.base import (
 )
 
 __all__ = [
+    "GUEST_ARCHIVE",
     "GUEST_DIR_IN_SANDBOX",
     "Runtime",
     "RuntimeSandbox",

@@ -53,6 +53,7 @@ from sandgate.runtimes._layer import LayerStats, export_layer, import_layer, lay
 from sandgate.runtimes._uids import RUNTIME_DIR, UIDS_PER_SANDBOX
 
 __all__ = [
+    "GUEST_ARCHIVE",
     "STAGE_DIR",
     "Seed",
     "Stage",
@@ -65,6 +66,8 @@ __all__ = [
 ]
 
 STAGE_DIR = RUNTIME_DIR / "stage"
+#: The guest's archive in a sandbox's host directory (``/run/sandgate/guest.pyz`` inside).
+GUEST_ARCHIVE = "guest.pyz"
 #: Inodes per MiB of the sandbox's disk: one per 16 KiB, ext4's default ratio.
 INODES_PER_MB = 64
 _STAGE_FILE = "stage.json"
@@ -147,6 +150,7 @@ def stage_sandbox(
     userns: bool = False,
     volumes: Sequence[Path] = (),
     layer: Path | None = None,
+    guest: Path | None = None,
 ) -> Stage:
     """Builds the stage for ``sandbox_id`` (uid range starting at host uid ``base``) from the
     template tree ``tree``; on failure nothing is left mounted. ``info`` is recorded in
@@ -154,7 +158,9 @@ def stage_sandbox(
     ``<stage>/userns`` (for runtimes that join one instead of making it); each of ``volumes``
     (a volume's host mount) is bound at ``stage.volume(n)``, idmapped like the template.
     ``layer`` is a layer archive (``save_layer``) the sandbox's layer starts as: a snapshot's
-    or a paused sandbox's files, restored into this range before the overlay is mounted."""
+    or a paused sandbox's files, restored into this range before the overlay is mounted.
+    ``guest`` (the guest's archive, shared) is bound read-only over ``run/guest.pyz``, a
+    placeholder in the host directory: memory for one copy, not one per sandbox."""
     STAGE_DIR.mkdir(parents=True, exist_ok=True)
     for path in (RUNTIME_DIR, STAGE_DIR):
         path.chmod(0o711)
@@ -212,6 +218,14 @@ def stage_sandbox(
         _mount(b"devpts", stage.pts, b"devpts", _MS_NOSUID | _MS_NOEXEC, pts.encode())
         _mount(os.fsencode(host_dir), stage.run, None, _MS_BIND, None)
         flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+        if guest is not None:
+            # Below the host directory's bind: unmounting that one (``unstage``) detaches it
+            # too. Its own flags, locked for the sandbox's user namespace like the others.
+            archive = stage.run / GUEST_ARCHIVE
+            if _libc.mount(os.fsencode(guest), os.fsencode(archive), None, _MS_BIND, None):
+                _raise("bind of the guest's archive", archive)
+            if _libc.mount(None, os.fsencode(archive), None, flags, None) != 0:
+                _raise("read-only remount", archive)
         if _libc.mount(None, os.fsencode(stage.run), None, flags, None) != 0:
             _raise("read-only remount", stage.run)
         for seed in seeds:

@@ -14,10 +14,11 @@ from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
-from sandgate.runtimes._stage import Seed, inode_limit
+from sandgate.runtimes._stage import GUEST_ARCHIVE, Seed, inode_limit
 from sandgate.runtimes._stats import SandboxStats
 
 __all__ = [
+    "GUEST_ARCHIVE",
     "GUEST_BOOT",
     "GUEST_CAPABILITIES",
     "GUEST_DIR_IN_SANDBOX",
@@ -126,6 +127,10 @@ class SandboxSpec:
     #: ``image_ref``'s content id when it is on record (a template's build), else empty:
     #: lets a runtime find the image's exported tree without asking the engine.
     image_id: str = ""
+    #: The guest's archive, one for every sandbox: the runtime binds it read-only over the
+    #: host directory's ``guest.pyz`` (a placeholder) instead of each sandbox holding a copy.
+    #: None: the host directory's own ``guest.pyz`` is the guest.
+    guest: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -214,7 +219,7 @@ def guest_command(listen_fd: int = GUEST_LISTEN_FD) -> list[str]:
     listening socket it inherits as ``listen_fd``."""
     guest = GUEST_DIR_IN_SANDBOX
     return [
-        "python3", "-I", "-S", "-c", GUEST_BOOT, f"{guest}/guest.pyz",
+        "python3", "-I", "-S", "-c", GUEST_BOOT, f"{guest}/{GUEST_ARCHIVE}",
         "--listen-fd", str(listen_fd),
         "--config", f"{guest}/guest.json",
     ]  # fmt: skip
@@ -227,7 +232,7 @@ _HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0
 #: ``no_new_privs``. The operator turns it off with ``sandbox.sudo: false`` (the guest refuses).
 SUDO_SHIM = f"""#!/bin/sh
 # Sandgate: sudo asks this sandbox's guest to run the command as root inside the sandbox.
-code='import sys; sys.path.insert(0, "{GUEST_DIR_IN_SANDBOX}/guest.pyz")'
+code='import sys; sys.path.insert(0, "{GUEST_DIR_IN_SANDBOX}/{GUEST_ARCHIVE}")'
 code="$code; from sandgate.guest.sudo import main; main()"
 for py in /usr/bin/python3 /usr/local/bin/python3; do
     [ -x "$py" ] && exec "$py" -I -S -c "$code" "$@"

@@ -267,6 +267,7 @@ class BwrapRuntime:
             info={"instance": self._instance_id, "runtime": "bwrap", "slot": slot},
             volumes=[volume.source for volume in spec.volumes],
             layer=spec.layer,
+            guest=spec.guest,
         )
         fds: list[int] = []
         try:

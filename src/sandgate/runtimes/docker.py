@@ -189,6 +189,7 @@ class DockerRuntime:
                 userns=True,
                 volumes=[volume.source for volume in spec.volumes],
                 layer=spec.layer,
+                guest=spec.guest,
             )
         except BaseException:
             self._cleanup(spec.sandbox_id)

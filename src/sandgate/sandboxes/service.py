@@ -46,7 +46,7 @@ from sandgate.errors import (
 from sandgate.guest.client import Ended, GuestClient, GuestError, Output
 from sandgate.guest.protocol import EGRESS_PROXY_PORT
 from sandgate.observability import tracing
-from sandgate.runtimes import Runtime, SandboxSpec, VolumeMount, sandbox_seeds
+from sandgate.runtimes import GUEST_ARCHIVE, Runtime, SandboxSpec, VolumeMount, sandbox_seeds
 from sandgate.runtimes._tmpfs import mount_runtime_dirs
 from sandgate.sandboxes.catalog import resolve
 from sandgate.sandboxes.hooks import LifecycleObserver, NetworkUpdater, SandboxHook, VolumeLender
@@ -473,6 +473,7 @@ class SandboxService:
             seeds=sandbox_seeds(),
             volumes=volumes,
             layer=layer,
+            guest=self._guest_zipapp,
         )
         ref = await self._runtime.create(spec)
         attaching = asyncio.ensure_future(attach()) if attach is not None else None
@@ -1211,9 +1212,12 @@ class SandboxService:
         self, host_dir: Path, envs: Mapping[str, str], template: Template
     ) -> None:
         # SECURITY: the directory is root's and read-only inside the sandbox (runtimes mount
-        # it so); a copy, not a link, all the same: no sandbox may ever reach the guest code
-        # other sandboxes run.
-        publish_file(host_dir, "guest.pyz", self._guest_zipapp.read_bytes())
+        # it so). The guest's archive is one root-owned file for every sandbox, which the
+        # runtime binds over this placeholder read-only (``SandboxSpec.guest``; ro, nosuid,
+        # nodev, locked for the sandbox's user namespace): no sandbox can change the guest
+        # others run, as none can change the template tree they share. Never a hard link: its
+        # link count would tell a sandbox how many others run.
+        publish_file(host_dir, GUEST_ARCHIVE, b"")
         guest_config = {
             "envs": dict(envs),
             # The template's last set_user/set_workdir (E2B persists them as the defaults).
