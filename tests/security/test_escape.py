@@ -119,7 +119,8 @@ HOST_BACKED = {"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "overlay",
 def _foreign_mounts(mountinfo: str, sandbox_id: str) -> list[str]:
     """Mountinfo lines exposing a host path beyond what the design allows (ESC-11): the
     sandbox's own copy-on-write root (an overlay over its staged, idmapped template), its own
-    ``/run/sandgate`` directory (read-only), and harmless devtmpfs nodes."""
+    ``/run/sandgate`` directory (read-only), the guest's archive every sandbox shares over its
+    placeholder there (read-only, nosuid, nodev), and harmless devtmpfs nodes."""
     foreign = []
     for line in mountinfo.splitlines():
         fields = line.split()
@@ -139,6 +140,11 @@ def _foreign_mounts(mountinfo: str, sandbox_id: str) -> list[str]:
                     mountpoint == "/run/sandgate"
                     and sandbox_id in root.split("/")
                     and "ro" in options
+                )
+                or (
+                    mountpoint == "/run/sandgate/guest.pyz"
+                    and root.endswith("/guest/guest.pyz")
+                    and {"ro", "nosuid", "nodev"} <= set(options)
                 )
                 or (fstype == "devtmpfs" and root in SAFE_DEVICES and mountpoint == "/dev" + root)
                 # runc masks sensitive /proc and /sys files with its /dev/null.
@@ -160,6 +166,8 @@ HOSTILE_MOUNTS = [
     "1 0 254:0 / / rw,relatime - ext4 /dev/vda rw",
     "2 1 254:0 /var/run/docker.sock /var/run/docker.sock rw - ext4 /dev/vda rw",
     "3 1 254:0 /home/sandboxes/someone-else /run/sandgate rw - ext4 /dev/vda rw",
+    "8 1 254:0 /home/guest/guest.pyz /run/sandgate/guest.pyz rw,nosuid,nodev - ext4 /dev/vda rw",
+    "9 1 254:0 /etc/shadow /run/sandgate/guest.pyz ro,nosuid,nodev - ext4 /dev/vda rw",
     "6 1 0:50 / / rw - overlay overlay rw,lowerdir=/run/sandgate-rt/stage/other/lower,upperdir=x",
     "7 1 0:6 /sda /proc/keys rw - devtmpfs devtmpfs rw",
     "4 1 0:6 / /dev/host rw - devtmpfs devtmpfs rw",
