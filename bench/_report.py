@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,18 @@ def add_side_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--previous-src", type=Path, required=True)
     parser.add_argument("--previous-label", default="the previous commit")
     parser.add_argument("--this-label", default="this checkout")
+
+
+def side_head(args: argparse.Namespace, loads: Sequence[float]) -> dict[str, Any]:
+    """What every paired bench's results begin with: when, where, how loaded (the 1-minute
+    load averages seen over the run) and which two trees ran (``add_side_arguments``)."""
+    return {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "load": [min(loads), max(loads)],
+        "this": args.this_label,
+        "previous": args.previous_label,
+    }
 
 
 def side_sources(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Path]:

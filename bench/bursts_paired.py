@@ -21,7 +21,6 @@ import os
 import statistics
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from tests.fixtures.server import ServerFactory
 
 from bench._report import (
     add_side_arguments,
-    machine,
+    side_head,
     side_order,
     side_sources,
     write_results,
@@ -83,13 +82,9 @@ def main() -> None:
         (a - b) * 1000 for a, b in zip(samples["this"], samples["previous"], strict=True)
     )
     result: dict[str, Any] = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
+        **side_head(args, loads),
         "burst": args.burst,
         "rounds": args.rounds,
-        "load": [min(loads), max(loads)],
-        "this": args.this_label,
-        "previous": args.previous_label,
         "samples_s": samples,
         "median_ms": median,
         "median_difference_ms": difference,

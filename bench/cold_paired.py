@@ -30,7 +30,6 @@ import os
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +44,9 @@ from tests.framework.envd import create, run
 from bench._procmem import cpu_seconds
 from bench._report import (
     add_side_arguments,
-    machine,
     pct,
     round_medians,
+    side_head,
     side_order,
     side_sources,
     timed,
@@ -219,13 +218,9 @@ def main() -> None:
             factory.close()
     median, difference = round_medians(rounds, [*sources, "raw"])
     result = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
+        **side_head(args, loads),
         "creates": args.creates,
         "burst": args.burst,
-        "load": [min(loads), max(loads)],
-        "this": args.this_label,
-        "previous": args.previous_label,
         "command": (
             f"uv run python bench/cold_paired.py --previous-src DIR --rounds {args.rounds} "
             f"--creates {args.creates} --burst {args.burst}"

@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,7 @@ from tests.fixtures.server import RunningServer, ServerFactory
 from bench._report import (
     ROOT,
     add_side_arguments,
-    machine,
+    side_head,
     side_order,
     side_sources,
     write_results,
@@ -138,14 +137,10 @@ def main() -> None:
     ratio = {side: [s / r for s, r in zip(samples[side], samples["raw"], strict=True)]
              for side in ("this", "previous")}  # fmt: skip
     result: dict[str, Any] = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
+        **side_head(args, loads),
         "burst": args.burst,
         "rounds": args.rounds,
         "busy_processes": args.load,
-        "load": [min(loads), max(loads)],
-        "this": args.this_label,
-        "previous": args.previous_label,
         "samples_s": samples,
         "median_ms": {key: statistics.median(values) * 1000 for key, values in samples.items()},
         "median_ratio_to_raw": {side: statistics.median(values) for side, values in ratio.items()},

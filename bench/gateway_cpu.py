@@ -24,7 +24,6 @@ import os
 import subprocess
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +36,9 @@ from tests.fixtures.server import ServerFactory
 from bench._procmem import cpu_seconds
 from bench._report import (
     add_side_arguments,
-    machine,
     pct,
     round_medians,
+    side_head,
     side_order,
     side_sources,
     write_results,
@@ -174,14 +173,10 @@ def main() -> None:
         f"--rounds {args.rounds} --commands {args.commands} --stream-mib {args.stream_mib}"
     )
     result = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
+        **side_head(args, loads),
         "runtime": args.runtime,
         "commands": args.commands,
         "stream_mib": args.stream_mib,
-        "load": [min(loads), max(loads)],
-        "this": args.this_label,
-        "previous": args.previous_label,
         "command": command,
         "rounds": rounds,
         "median": median,
