@@ -30,7 +30,7 @@ from sandgate.sandboxes.service import AuditSink
 from sandgate.store import Store
 from sandgate.store.models import Sandbox
 from sandgate.templates import BuiltTemplate
-from tests.fixtures.fake_runtime import FakeRuntime
+from tests.fixtures.fake_runtime import FakeRuntime, FakeSandbox
 
 T = TypeVar("T")
 
@@ -678,22 +678,29 @@ class _Foretold:
         return dict(self.foretold)
 
 
+async def _created_with(h: Harness, hook: _Foretold) -> FakeSandbox:
+    """One sandbox created with ``hook`` and the caller's own ``OWN=c``: its fake guest, whose
+    published environment (envs.json) must be what the guest holds."""
+    service = _service(h.home, h.store, h.runtime, hooks=[hook])
+    try:
+        row = await service.create(h.principal, _request(OWN="c"))
+    finally:
+        await service.stop()
+    sandbox = h.runtime.sandboxes[row.id]
+    published = json.loads((sandbox.spec.host_dir / "envs.json").read_text())
+    assert published == sandbox.envs
+    return sandbox
+
+
 def test_hook_variables_known_before_the_boot_are_the_guests_from_its_start(home: Path) -> None:
     """The guest starts with them (guest.json and envs.json), and is not asked to change its
     environment once it answers: a round trip fewer per create."""
 
     async def body(h: Harness) -> None:
         hook = _Foretold({"TOOLS": "1", "OWN": "hook"}, {"TOOLS": "1", "OWN": "hook"})
-        service = _service(h.home, h.store, h.runtime, hooks=[hook])
-        try:
-            row = await service.create(h.principal, _request(OWN="c"))
-        finally:
-            await service.stop()
-        sandbox = h.runtime.sandboxes[row.id]
+        sandbox = await _created_with(h, hook)
         assert "configure" not in sandbox.requests
         assert sandbox.envs["TOOLS"] == "1" and sandbox.envs["OWN"] == "c"  # the caller's wins
-        published = json.loads((sandbox.spec.host_dir / "envs.json").read_text())
-        assert published == sandbox.envs
 
     _run(home, body)
 
@@ -706,12 +713,7 @@ def test_hook_variables_foretold_wrongly_are_replaced_by_what_attach_returned(
 
     async def body(h: Harness) -> None:
         hook = _Foretold({"PROXY": "1", "STALE": "x"}, {"PROXY": "1", "CA": "/ca.pem"})
-        service = _service(h.home, h.store, h.runtime, hooks=[hook])
-        try:
-            row = await service.create(h.principal, _request(OWN="c"))
-        finally:
-            await service.stop()
-        sandbox = h.runtime.sandboxes[row.id]
+        sandbox = await _created_with(h, hook)
         assert sandbox.requests[:2] == ["ping", "configure"]
         assert (sandbox.envs["PROXY"], sandbox.envs["CA"], sandbox.envs["OWN"]) == (
             "1",
@@ -719,7 +721,5 @@ def test_hook_variables_foretold_wrongly_are_replaced_by_what_attach_returned(
             "c",
         )
         assert "STALE" not in sandbox.envs
-        published = json.loads((sandbox.spec.host_dir / "envs.json").read_text())
-        assert published == sandbox.envs
 
     _run(home, body)
