@@ -54,6 +54,8 @@ _NOT_AT_START = (
     "selectors",
     "signal",
     "socket",
+    # A shared library (lib-dynload) that only terminals use: loaded by the first PTY.
+    "termios",
 )
 
 
