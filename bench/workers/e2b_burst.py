@@ -7,9 +7,12 @@ killed after the burst, untimed (a kill inside the burst would load the machine 
 creates still run).
 
 With a third argument, the pid of the Sandgate server: also that process's CPU time over the
-burst, and this client's own.
+burst, its helper processes' (its children that run Python: the audit writer; bubblewrap's
+monitors are its children too, and are the runtime's), and this client's own. With a fourth,
+at most that many creates run at once (the rest wait their turn, all released together:
+``bench/burst_scaling.py``); by default all of them.
 
-argv: burst_size template [server_pid]
+argv: burst_size template [server_pid [at_once]]
 """
 
 import json
@@ -35,9 +38,29 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def helpers(server: int) -> list[int]:
+    """The server's own helper processes: its children whose command is the server's Python."""
+    with open(f"/proc/{server}/stat") as stat:
+        comm = stat.read().split("(", 1)[1].rsplit(")", 1)[0]
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                text = stat.read()
+        except OSError:
+            continue
+        name, rest = text.split("(", 1)[1].rsplit(")", 1)
+        if name == comm and int(rest.split()[1]) == server:
+            found.append(int(entry))
+    return found
+
+
 def main() -> None:
     size, template = int(sys.argv[1]), sys.argv[2]
     server = int(sys.argv[3]) if len(sys.argv) > 3 else None
+    turns = threading.Semaphore(int(sys.argv[4]) if len(sys.argv) > 4 else size)
     Sandbox.create(template).kill()  # warm-up: connections, imports, page cache
     sandboxes: list[Sandbox] = []
     failures: list[str] = []
@@ -47,22 +70,25 @@ def main() -> None:
     def one() -> None:
         barrier.wait()
         try:
-            sandbox = Sandbox.create(template)
-            with lock:
-                sandboxes.append(sandbox)
-            exit_code = sandbox.commands.run("true").exit_code
+            with turns:
+                sandbox = Sandbox.create(template)
+                with lock:
+                    sandboxes.append(sandbox)
+                exit_code = sandbox.commands.run("true").exit_code
             if exit_code != 0:
                 raise RuntimeError(f"`true` exited {exit_code}")
         except Exception as exc:  # a failure is a data point here
             with lock:
                 failures.append(repr(exc)[:300])
 
+    helper_pids = helpers(server) if server else []  # before the burst: /proc is long to walk
     threads = [threading.Thread(target=one) for _ in range(size)]
     for thread in threads:
         thread.start()
     barrier.wait()
     start, cpu, client = time.perf_counter(), host_cpu_s(), time.process_time()
     gateway = process_cpu_s(server) if server else 0.0
+    helper = sum(process_cpu_s(pid) for pid in helper_pids)
     for thread in threads:
         thread.join()
     elapsed, cpu, client = (
@@ -71,6 +97,7 @@ def main() -> None:
         time.process_time() - client,
     )
     gateway = process_cpu_s(server) - gateway if server else 0.0
+    helper = sum(process_cpu_s(pid) for pid in helper_pids) - helper
     for sandbox in sandboxes:
         sandbox.kill()
     print(
@@ -79,6 +106,7 @@ def main() -> None:
                 "burst_s": elapsed,
                 "host_cpu_s": cpu,
                 "server_cpu_s": gateway,
+                "helpers_cpu_s": helper,
                 "client_cpu_s": client,
                 "failures": failures,
             }
