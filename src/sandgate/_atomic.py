@@ -14,7 +14,7 @@ import os
 import secrets
 from pathlib import Path
 
-__all__ = ["write_atomic"]
+__all__ = ["write_all", "write_atomic"]
 
 
 def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o600, durable: bool = True) -> None:
@@ -32,9 +32,7 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o600, durable: b
     fd = os.open(temp, flags, mode)
     try:
         try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, payload)
             os.fchmod(fd, mode)
             if durable:
                 os.fsync(fd)
@@ -47,6 +45,13 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o600, durable: b
         raise
     if durable:
         _sync_directory(path.parent)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Writes all of ``data`` to ``fd``: ``os.write`` may write less than it was given."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _sync_directory(directory: Path) -> None:

@@ -48,6 +48,7 @@ from typing import Any, NoReturn
 
 import structlog
 
+from sandgate._atomic import write_all
 from sandgate.audit._file import Head, file_lines, read_head, records_after
 from sandgate.audit._process import Link, Tampered, WriterProcess
 from sandgate.audit._pump import LoopPump
@@ -444,7 +445,7 @@ class AuditLog:
             data = (canonical(record) + "\n").encode()
             out = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                _write_all(out, data)
+                write_all(out, data)
                 os.fsync(out)
             finally:
                 os.close(out)
@@ -620,7 +621,7 @@ class AuditLog:
                 sealed.append(done)
                 data += (canonical(done) + "\n").encode()
             try:
-                _write_all(fd, bytes(data))
+                write_all(fd, bytes(data))
                 if self._fsync:
                     os.fsync(fd)
             except OSError as exc:
@@ -807,13 +808,6 @@ def _destination(record: dict[str, Any]) -> str | None:
         return None
     port = record.get("port")
     return (f"{host}:{port}" if isinstance(port, int) else host)[:200]
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 def _drop_partial_line(fd: int) -> None:

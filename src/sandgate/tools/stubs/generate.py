@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from sandgate._atomic import write_all
 from sandgate.tools.stubs._runtime import BIN, ENV_SH, JS_CLIENT, PY_CLI, PY_CLIENT
 from sandgate.tools.tool import Tool
 
@@ -92,10 +93,7 @@ def _write(path: Path, text: str, mode: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         os.fchmod(fd, mode)  # the umask may have taken bits off ``mode``
-        data = text.encode()
-        written = 0
-        while written < len(data):
-            written += os.write(fd, data[written:])
+        write_all(fd, text.encode())
     finally:
         os.close(fd)
 
