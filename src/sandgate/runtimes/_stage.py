@@ -217,17 +217,14 @@ def stage_sandbox(
         pts = f"newinstance,max={max_ptys},ptmxmode=0666,mode=0620,gid={base + TTY_GID}"
         _mount(b"devpts", stage.pts, b"devpts", _MS_NOSUID | _MS_NOEXEC, pts.encode())
         _mount(os.fsencode(host_dir), stage.run, None, _MS_BIND, None)
-        flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
         if guest is not None:
             # Below the host directory's bind: unmounting that one (``unstage``) detaches it
             # too. Its own flags, locked for the sandbox's user namespace like the others.
             archive = stage.run / GUEST_ARCHIVE
             if _libc.mount(os.fsencode(guest), os.fsencode(archive), None, _MS_BIND, None):
                 _raise("bind of the guest's archive", archive)
-            if _libc.mount(None, os.fsencode(archive), None, flags, None) != 0:
-                _raise("read-only remount", archive)
-        if _libc.mount(None, os.fsencode(stage.run), None, flags, None) != 0:
-            _raise("read-only remount", stage.run)
+            _remount_read_only(archive)
+        _remount_read_only(stage.run)
         for seed in seeds:
             _seed(stage.root, seed, base)
         if volumes:
@@ -322,6 +319,13 @@ def _mount(
     target.mkdir(exist_ok=True)
     if _libc.mount(source, os.fsencode(target), fstype, flags, options) != 0:
         _raise(f"mount of {source.decode(errors='replace')}", target)
+
+
+def _remount_read_only(target: Path) -> None:
+    """Makes the bind mount at ``target`` read-only, nosuid and nodev."""
+    flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+    if _libc.mount(None, os.fsencode(target), None, flags, None) != 0:
+        _raise("read-only remount", target)
 
 
 def _raise(what: str, target: Path) -> None:
