@@ -85,16 +85,20 @@ def add_side_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--this-label", default="this checkout")
 
 
-def side_head(args: argparse.Namespace, loads: Sequence[float]) -> dict[str, Any]:
-    """What every paired bench's results begin with: when, where, how loaded (the 1-minute
-    load averages seen over the run) and which two trees ran (``add_side_arguments``)."""
+def run_head(loads: Sequence[float]) -> dict[str, Any]:
+    """What a bench's results begin with: when, where, and how loaded the host was (the
+    1-minute load averages seen over the run)."""
     return {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "load": [min(loads), max(loads)],
-        "this": args.this_label,
-        "previous": args.previous_label,
     }
+
+
+def side_head(args: argparse.Namespace, loads: Sequence[float]) -> dict[str, Any]:
+    """What every paired bench's results begin with: ``run_head`` and which two trees ran
+    (``add_side_arguments``)."""
+    return {**run_head(loads), "this": args.this_label, "previous": args.previous_label}
 
 
 def side_sources(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Path]:

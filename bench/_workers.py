@@ -10,9 +10,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tests.compat.clients import CLIENTS, PreparedClient, prepare
+
 from bench._report import ROOT
 
 WORKERS = ROOT / "bench" / "workers"
+#: The official Python SDK the benches drive Sandgate with (one of ``tests/compat``'s pins).
+PINNED_SDK = "py-e2b-2.63.0"
+
+
+def pinned_sdk() -> PreparedClient:
+    """``PINNED_SDK``'s environment, installed on first use and reused after."""
+    return prepare(next(client for client in CLIENTS if client.name == PINNED_SDK))
 
 
 def run_sdk_worker(

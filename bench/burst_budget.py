@@ -29,19 +29,17 @@ import os
 import statistics
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import ServerFactory
 
 from bench._procmem import host_cpu_seconds
-from bench._report import machine, write_results, write_section
-from bench._workers import run_sdk_worker
+from bench._report import run_head, write_results, write_section
+from bench._workers import pinned_sdk, run_sdk_worker
 from bench.bursts import DOCKER_RUN, raw_burst, raw_bwrap
 
 TARGET = {"bwrap": 4.0, "docker": 1.05}
@@ -106,19 +104,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--burst", type=int, default=20)
     args = parser.parse_args()
-    python = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0")).python
+    python = pinned_sdk().python
     loads = [os.getloadavg()[0]]
     runtimes = {}
     for kind in ("bwrap", "docker"):
         runtimes[kind] = measure(kind, python, args.rounds, args.burst)
         loads.append(os.getloadavg()[0])
     result: dict[str, Any] = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
+        **run_head(loads),
         "cores": os.cpu_count(),
         "burst": args.burst,
         "rounds": args.rounds,
-        "load": [min(loads), max(loads)],
         "runtimes": runtimes,
     }
     write_results("burst_budget.json", result)

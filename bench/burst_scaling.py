@@ -28,19 +28,17 @@ import os
 import statistics
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import ServerFactory
 
 from bench._procmem import host_cpu_seconds
-from bench._report import machine, write_results, write_section
-from bench._workers import run_sdk_worker
+from bench._report import run_head, write_results, write_section
+from bench._workers import pinned_sdk, run_sdk_worker
 from bench.bursts import raw_burst, raw_bwrap
 
 #: Busier than this over a burst, the host's cores were all at work: nothing waited on a lock.
@@ -106,18 +104,16 @@ def main() -> None:
     at_once = [int(part) for part in args.at_once.split(",")]
     if not at_once or any(count < 1 or count > args.burst for count in at_once):
         raise SystemExit(f"--at-once: counts between 1 and the burst ({args.burst}), got {at_once}")
-    python = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0")).python
+    python = pinned_sdk().python
     loads = [os.getloadavg()[0]]
     data = measure(python, args.rounds, args.burst, at_once)
     loads.append(os.getloadavg()[0])
     result: dict[str, Any] = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
+        **run_head(loads),
         "cores": os.cpu_count(),
         "burst": args.burst,
         "rounds": args.rounds,
         "at_once": at_once,
-        "load": [min(loads), max(loads)],
         **data,
     }
     write_results("burst_scaling.json", result)

@@ -25,12 +25,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import TEST_ROOTFS_DIR, ServerFactory
 
 from bench._report import machine, summary_ms, write_results, write_section
-from bench._workers import run_sdk_worker
+from bench._workers import pinned_sdk, run_sdk_worker
 
 
 def row(label: str, ms: dict[str, float]) -> str:
@@ -96,7 +95,7 @@ def main() -> None:
     parser.add_argument("--roundtrips", type=int, default=200)
     parser.add_argument("--runtimes", default="bwrap,docker")
     args = parser.parse_args()
-    client = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0"))
+    client = pinned_sdk()
     runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
     raw: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory(prefix="sgb", dir="/tmp") as base_dir:

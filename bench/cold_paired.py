@@ -36,7 +36,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
-from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import RunningServer, ServerFactory
 from tests.framework.envd import create, run
@@ -53,7 +52,7 @@ from bench._report import (
     write_results,
     write_section,
 )
-from bench._workers import run_sdk_worker
+from bench._workers import pinned_sdk, run_sdk_worker
 from bench.bursts import raw_burst, raw_bwrap
 
 
@@ -199,7 +198,7 @@ def main() -> None:
     sources = side_sources(parser, args)
     if args.rounds < 1 or args.creates < 5 or args.burst < 1:
         parser.error("--rounds ≥ 1, --creates ≥ 5 and --burst ≥ 1")
-    client = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0"))
+    client = pinned_sdk()
     rounds: list[dict[str, Any]] = []
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="sgp", dir="/tmp") as base_dir:

@@ -41,19 +41,17 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import ServerFactory
 
 from bench._procmem import host_cpu_seconds
-from bench._report import machine, write_results, write_section
-from bench._workers import WORKERS
+from bench._report import run_head, write_results, write_section
+from bench._workers import WORKERS, pinned_sdk
 
 #: The rows of the table, in order: what each part of a create is.
 PARTS = {
@@ -223,16 +221,14 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("perf") is None:
         raise SystemExit("perf is not installed: apt-get install linux-perf")
-    python = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0")).python
+    python = pinned_sdk().python
     loads = [os.getloadavg()[0]]
     data = measure(python, args.rounds, args.creates)
     loads.append(os.getloadavg()[0])
     result: dict[str, Any] = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
+        **run_head(loads),
         "rounds": args.rounds,
         "creates": args.creates,
-        "load": [min(loads), max(loads)],
         **data,
     }
     write_results("create_cpu.json", result)

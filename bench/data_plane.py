@@ -22,11 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.server import ServerFactory
 
 from bench._report import machine, summary_ms, timed, write_results, write_section
-from bench._workers import run_sdk_worker
+from bench._workers import pinned_sdk, run_sdk_worker
 
 IMAGE = "sandgate/template-base:latest"
 MiB = 1024 * 1024
@@ -85,7 +84,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    client = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0"))
+    client = pinned_sdk()
     with tempfile.TemporaryDirectory(prefix="sgb", dir="/tmp") as base_dir:
         factory = ServerFactory(Path(base_dir))
         server = factory(extra_env={"SANDGATE_TEMPLATES__BUILD_ON_START": "false"})

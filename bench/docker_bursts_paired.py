@@ -35,7 +35,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import RunningServer, ServerFactory
 
@@ -48,7 +47,7 @@ from bench._report import (
     write_results,
     write_section,
 )
-from bench._workers import run_sdk_worker
+from bench._workers import pinned_sdk, run_sdk_worker
 from bench.bursts import DOCKER_RUN, raw_burst
 
 SECTION = "Docker bursts through the SDK, paired"
@@ -102,7 +101,7 @@ def main() -> None:
     parser.add_argument("--load", type=int, default=0, help="busy-looping processes kept running")
     args = parser.parse_args()
     sources = side_sources(parser, args)
-    python = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0")).python
+    python = pinned_sdk().python
     samples: dict[str, list[float]] = {"this": [], "previous": [], "raw": []}
     loads = [os.getloadavg()[0]]
     env = {

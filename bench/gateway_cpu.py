@@ -29,7 +29,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import ServerFactory
 
@@ -44,7 +43,7 @@ from bench._report import (
     write_results,
     write_section,
 )
-from bench._workers import WORKERS
+from bench._workers import WORKERS, pinned_sdk
 
 _COLUMNS = (
     "round", "side", "gateway CPU per command (ms)", "`commands.run` p50 (ms)",
@@ -151,7 +150,7 @@ def main() -> None:
     sources = side_sources(parser, args)
     if args.rounds < 1 or args.commands < 50 or args.stream_mib < 1:
         parser.error("--rounds ≥ 1, --commands ≥ 50 and --stream-mib ≥ 1")
-    client = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0"))
+    client = pinned_sdk()
     rounds: list[dict[str, Any]] = []
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="sgc", dir="/tmp") as base_dir:

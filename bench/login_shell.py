@@ -26,12 +26,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.runtimes import runtime_env
 from tests.fixtures.server import ServerFactory
 
 from bench._report import machine, summary_ms, write_results, write_section
-from bench._workers import run_sdk_worker
+from bench._workers import pinned_sdk, run_sdk_worker
 
 RUNTIMES = ("bwrap", "docker")
 
@@ -43,7 +42,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 2 or args.per_block < 10:
         parser.error("--rounds must be at least 2 and --per-block at least 10")
-    client = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0"))
+    client = pinned_sdk()
     results: dict[str, Any] = {}
     loads: list[float] = []
     with tempfile.TemporaryDirectory(prefix="sgb", dir="/tmp") as base_dir:

@@ -21,11 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.compat.clients import CLIENTS, prepare
 from tests.fixtures.server import ServerFactory
 
 from bench._report import ROOT, machine, summary_ms, timed, write_section
-from bench._workers import run_sdk_worker
+from bench._workers import pinned_sdk, run_sdk_worker
 
 IMAGE = "sandgate/template-base:latest"
 RUN_SEQ = "docker run (sequential)"
@@ -83,7 +82,7 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=4, help="warm pool size for the warm run")
     args = parser.parse_args()
 
-    client = prepare(next(c for c in CLIENTS if c.name == "py-e2b-2.63.0"))
+    client = pinned_sdk()
 
     def measure(extra_env: dict[str, str], *counts: int) -> dict[str, list[float]]:
         with tempfile.TemporaryDirectory(prefix="sgb", dir="/tmp") as base_dir:
