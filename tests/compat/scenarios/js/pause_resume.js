@@ -6,6 +6,7 @@
 const { Sandbox } = require('e2b')
 const { attempt, commandResult, infoDict, run } = require('./_common')
 
+// Runs inside the sandbox, in its own pid namespace: pgrep sees the sandbox's processes only.
 const PROBE =
   'cat /home/user/note.txt; echo; pgrep -x sleep >/dev/null && echo sleeping || echo no-sleep'
 

@@ -8,6 +8,7 @@
 const { Sandbox } = require('e2b')
 const { attempt, commandResult, describeError, run } = require('./_common')
 
+// Runs inside the sandbox, in its own pid namespace: pgrep sees the sandbox's processes only.
 const PROBE =
   'cat /home/user/note.txt; echo; test -e /etc/issue && echo issue || echo no-issue; ' +
   'echo $FOO; pgrep -x sleep >/dev/null && echo sleeping || echo no-sleep'

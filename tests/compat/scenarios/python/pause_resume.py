@@ -10,6 +10,7 @@ from typing import Any
 from _common import attempt, command_result, info_dict, run
 from e2b import Sandbox
 
+# Runs inside the sandbox, in its own pid namespace: pgrep sees the sandbox's processes only.
 PROBE = "cat /home/user/note.txt; echo; pgrep -x sleep >/dev/null && echo sleeping || echo no-sleep"
 
 

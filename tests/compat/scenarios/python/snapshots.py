@@ -16,6 +16,7 @@ import httpx
 from _common import attempt, command_result, describe_error, run
 from e2b import Sandbox
 
+# Runs inside the sandbox, in its own pid namespace: pgrep sees the sandbox's processes only.
 PROBE = (
     "cat /home/user/note.txt; echo; test -e /etc/issue && echo issue || echo no-issue; "
     "echo $FOO; pgrep -x sleep >/dev/null && echo sleeping || echo no-sleep"
